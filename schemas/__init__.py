@@ -1,0 +1,19 @@
+"""The wire contract: pydantic models of every event, and their JSON Schema files."""
+
+from schemas.events import (
+    WIRE_MODELS,
+    GoldenQuery,
+    RetrievalMetrics,
+    RetrievalResult,
+    ScoredResult,
+    WireModel,
+)
+
+__all__ = [
+    "WIRE_MODELS",
+    "GoldenQuery",
+    "RetrievalMetrics",
+    "RetrievalResult",
+    "ScoredResult",
+    "WireModel",
+]

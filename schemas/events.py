@@ -1,0 +1,108 @@
+"""Pydantic v2 models of every event on the wire (camelCase JSON, bounded).
+
+Bounds are part of the contract: an event outside them is rejected by
+validation and dead-lettered by the worker with the reason. This module
+depends on pydantic only (no Faust, no Kafka) so any service can import it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+MAX_ID_LENGTH = 256
+MAX_RANKED = 1000
+MAX_QRELS = 10_000
+MAX_FACETS = 16
+MAX_FACET_KEY_LENGTH = 64
+MAX_FACET_VALUE_LENGTH = 128
+MAX_K = 1000
+MIN_GRADE = 0
+MAX_GRADE = 3
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
+FacetKey = Annotated[str, StringConstraints(min_length=1, max_length=MAX_FACET_KEY_LENGTH)]
+FacetValue = Annotated[str, StringConstraints(min_length=1, max_length=MAX_FACET_VALUE_LENGTH)]
+Grade = Annotated[int, Field(ge=MIN_GRADE, le=MAX_GRADE)]
+Facets = Annotated[dict[FacetKey, FacetValue], Field(max_length=MAX_FACETS)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class WireModel(BaseModel):
+    """Base of the wire models: camelCase aliases, strict types, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=True,
+        frozen=True,
+        extra="ignore",
+    )
+
+    def to_json_bytes(self) -> bytes:
+        """The event as compact camelCase JSON, without unset optional fields."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+class RetrievalResult(WireModel):
+    """One retrieval: the ranked ids a retriever returned for a query (results topic,
+    key = queryId). An empty ``ranked`` list is a valid total miss."""
+
+    result_id: Id = Field(description="Unique id of this retrieval; consumers dedupe on it.")
+    run_id: Id = Field(description="The run (retriever version, eval run) it belongs to.")
+    query_id: Id
+    ranked: Annotated[list[Id], Field(max_length=MAX_RANKED)] = Field(
+        description="Retrieved ids, best first."
+    )
+    facets: Facets | None = None
+    k: Annotated[int, Field(ge=1, le=MAX_K)] | None = Field(
+        default=None, description="Cutoff of recall/precision/hit; the scorer's default if unset."
+    )
+    timestamp: datetime | None = Field(default=None, description="When the retrieval happened.")
+
+
+class GoldenQuery(WireModel):
+    """Graded relevance judgments of one query (qrels topic, key = queryId, compacted;
+    a null value deletes the query)."""
+
+    query_id: Id
+    qrels: Annotated[dict[Id, Grade], Field(max_length=MAX_QRELS)] = Field(
+        description="Judged id -> grade (0 irrelevant .. 3 perfectly relevant)."
+    )
+    facets: Facets | None = None
+
+
+class RetrievalMetrics(WireModel):
+    """The five metrics of one ranked list."""
+
+    recall_at_k: Unit
+    precision_at_k: Unit
+    ndcg_at_10: Unit = Field(alias="ndcgAt10")
+    mrr: Unit
+    hit_at_k: Annotated[int, Field(ge=0, le=1)]
+
+
+class ScoredResult(WireModel):
+    """A retrieval scored against its query's qrels (scored topic, key = queryId)."""
+
+    result_id: Id
+    run_id: Id
+    query_id: Id
+    facets: Facets = Field(default_factory=dict, description="Golden-set facets, overridden by the result's.")
+    k: Annotated[int, Field(ge=1, le=MAX_K)]
+    retrieval_metrics: RetrievalMetrics
+    qrels_fingerprint: str = Field(description="Hash of the qrels the result was scored against.")
+    scorer_version: str
+    scored_at: datetime
+    timestamp: datetime | None = Field(default=None, description="The result's own timestamp.")
+
+
+WIRE_MODELS: tuple[type[WireModel], ...] = (
+    RetrievalResult,
+    GoldenQuery,
+    RetrievalMetrics,
+    ScoredResult,
+)

@@ -1,0 +1,177 @@
+"""Retrieval metrics: pure, deterministic functions of ``(ranked, qrels, k)``.
+
+``ranked`` is the list of ids the retriever returned, best first. ``qrels``
+maps an id to an integer relevance grade. The conventions are pinned (see
+docs/metrics.md); every function here follows all of them:
+
+1. Relevant means grade >= 1. A grade <= 0, or an id absent from qrels, earns
+   nothing.
+2. nDCG@10 uses the exponential gain ``2**g - 1`` and the discount
+   ``1 / log2(rank + 1)`` (rank from 1); the terms are summed in rank order.
+   IDCG is the DCG of every judged id with grade >= 1, retrieved or not, sorted
+   by grade descending and cut at 10. nDCG is 0 when IDCG is 0. nDCG is always
+   cut at 10, whatever ``k`` is.
+3. precision@k divides by ``k``, also when fewer than ``k`` ids were returned.
+4. recall@k is 0 when the query has no relevant id.
+5. hit@k is 0 or 1.
+6. MRR is ``1 / rank`` of the first relevant id over the whole list, with no
+   cutoff; 0 when no relevant id was returned.
+7. A repeated id keeps its rank slot but earns nothing after its first
+   occurrence.
+
+These reproduce trec_eval ``ndcg_cut.10`` on qrels remapped to gains
+{1: 1, 2: 3, 3: 7}, ``recip_rank``, ``success.k``, ``P.k`` and ``recall.k``,
+and ranx ``ndcg_burges@10``, ``mrr``, ``hit_rate@k``, ``precision@k``,
+``recall@k``. Each DCG term is computed as ``gain / log2(rank + 1)`` (a
+division, as trec_eval does) so that the numbers agree to the last bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+NDCG_CUTOFF = 10
+"""nDCG is always cut at 10 (convention 2)."""
+
+METRIC_NAMES: tuple[str, ...] = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
+"""Wire names of the five metrics, in the order of :class:`MetricValues`."""
+
+# log2(rank + 1) for the ranks nDCG@10 can see; index 0 is rank 1.
+_LOG2_RANK = tuple(math.log2(rank + 1) for rank in range(1, NDCG_CUTOFF + 1))
+
+
+def gain(grade: int) -> float:
+    """Exponential gain ``2**grade - 1`` of a relevant grade; 0 for grade <= 0."""
+    return float(2**grade - 1) if grade > 0 else 0.0
+
+
+class MetricValues(NamedTuple):
+    """The five metrics of one ranked list, in wire order (see ``METRIC_NAMES``)."""
+
+    recall_at_k: float
+    precision_at_k: float
+    ndcg_at_10: float
+    mrr: float
+    hit_at_k: int
+
+    def as_wire(self) -> dict[str, float | int]:
+        """The ``retrievalMetrics`` object of the wire format (camelCase keys)."""
+        return dict(zip(METRIC_NAMES, self, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Judgments:
+    """Qrels prepared for scoring: what every ranking of the query would recompute.
+
+    Build one per query with :meth:`from_qrels` and score any number of rankings
+    against it with :func:`score`; the streaming worker keeps these in its table.
+    """
+
+    grades: Mapping[str, int]
+    """Relevant ids only (grade >= 1) and their grades."""
+    n_relevant: int
+    ideal_dcg: float
+    """DCG@10 of the ideal ranking: all relevant grades, descending."""
+
+    @classmethod
+    def from_qrels(cls, qrels: Mapping[str, int]) -> Judgments:
+        relevant = {doc: grade for doc, grade in qrels.items() if grade >= 1}
+        return cls(grades=relevant, n_relevant=len(relevant), ideal_dcg=ideal_dcg(qrels))
+
+
+def ideal_dcg(qrels: Mapping[str, int]) -> float:
+    """IDCG@10: the DCG of the relevant grades sorted descending, cut at 10."""
+    best = sorted((grade for grade in qrels.values() if grade >= 1), reverse=True)
+    total = 0.0
+    for index, grade in enumerate(best[:NDCG_CUTOFF]):
+        total += gain(grade) / _LOG2_RANK[index]
+    return total
+
+
+def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
+    """All five metrics of ``ranked`` in one pass over the list.
+
+    ``k`` is the cutoff of recall, precision and hit (>= 1); nDCG is cut at 10
+    and MRR is not cut. See the module docstring for the conventions.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    grades = judgments.grades
+    seen: set[str] = set()
+    hits = 0
+    dcg = 0.0
+    first_relevant_rank = 0
+    for index, doc in enumerate(ranked):
+        grade = grades.get(doc)
+        if grade is None or doc in seen:
+            continue
+        seen.add(doc)
+        if first_relevant_rank == 0:
+            first_relevant_rank = index + 1
+        if index < k:
+            hits += 1
+        if index < NDCG_CUTOFF:
+            dcg += gain(grade) / _LOG2_RANK[index]
+        elif index >= k:
+            break
+    n_relevant = judgments.n_relevant
+    return MetricValues(
+        recall_at_k=hits / n_relevant if n_relevant else 0.0,
+        precision_at_k=hits / k,
+        ndcg_at_10=dcg / judgments.ideal_dcg if judgments.ideal_dcg > 0 else 0.0,
+        mrr=1.0 / first_relevant_rank if first_relevant_rank else 0.0,
+        hit_at_k=1 if hits else 0,
+    )
+
+
+def retrieval_metrics(
+    ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10
+) -> MetricValues:
+    """All five metrics of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
+    return score(ranked, Judgments.from_qrels(qrels), k)
+
+
+def recall_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    """Share of the query's relevant ids found in the top ``k``; 0 without relevant ids."""
+    return retrieval_metrics(ranked, qrels, k).recall_at_k
+
+
+def precision_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    """Relevant ids in the top ``k``, divided by ``k`` (even if fewer were returned)."""
+    return retrieval_metrics(ranked, qrels, k).precision_at_k
+
+
+def hit_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> int:
+    """1 if any relevant id is in the top ``k``, else 0."""
+    return retrieval_metrics(ranked, qrels, k).hit_at_k
+
+
+def mrr(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
+    """Reciprocal rank of the first relevant id over the whole list (no cutoff); 0 if none."""
+    return retrieval_metrics(ranked, qrels, 1).mrr
+
+
+def ndcg_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    """nDCG@k with exponential gain, IDCG from every judged relevant id, cut at ``k``."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    seen: set[str] = set()
+    dcg = 0.0
+    for index, doc in enumerate(ranked[:k]):
+        grade = qrels.get(doc, 0)
+        if grade >= 1 and doc not in seen:
+            dcg += gain(grade) / math.log2(index + 2)
+        seen.add(doc)
+    best = sorted((grade for grade in qrels.values() if grade >= 1), reverse=True)[:k]
+    idcg = 0.0
+    for index, grade in enumerate(best):
+        idcg += gain(grade) / math.log2(index + 2)
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def ndcg_at_10(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
+    """nDCG@10 with exponential gain (the headline graded metric)."""
+    return retrieval_metrics(ranked, qrels, NDCG_CUTOFF).ndcg_at_10
