@@ -1,0 +1,123 @@
+"""Configuration from the environment (prefix ``SCORER_``), validated at start.
+
+``KAFKA_BOOTSTRAP_SERVERS`` is honoured as the standard name of the broker
+address; without it the address the local broker (``scorer kafka up``) wrote
+into the state directory is used, then ``localhost:9092``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_STATE_DIR = Path(".scorer")
+BOOTSTRAP_FILE = Path("kafka") / "bootstrap"
+
+
+def local_bootstrap(state_dir: Path) -> str | None:
+    """The address written by ``scorer kafka up`` into ``state_dir``, if any."""
+    path = state_dir / BOOTSTRAP_FILE
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+class Settings(BaseSettings):
+    """Every knob of the scorer. Frozen: read once at start."""
+
+    model_config = SettingsConfigDict(env_prefix="SCORER_", frozen=True, extra="ignore")
+
+    state_dir: Path = Field(DEFAULT_STATE_DIR, description="Local broker state and default datadir.")
+    kafka_bootstrap_servers: str = Field(
+        "",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "SCORER_KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-256"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None
+    kafka_ssl_certfile: Path | None = None
+    kafka_ssl_keyfile: Path | None = None
+
+    app_id: str = Field("retrieval-scorer", min_length=1, max_length=100)
+    results_topic: str = "retrieval.results"
+    qrels_topic: str = "retrieval.qrels"
+    scored_topic: str = "retrieval.scored"
+    deadletter_topic: str = "retrieval.deadletter"
+    rollup_topic: str = "retrieval.scored.by-run"
+    partitions: int = Field(4, ge=1, le=1024)
+    replication_factor: int = Field(1, ge=1, le=16)
+
+    default_retrieval_k: int = Field(10, ge=1, le=1000)
+    store: str = "memory://"
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    web_host: str = "127.0.0.1"
+    web_port: int = Field(6066, ge=1, le=65535)
+    datadir: Path | None = None
+
+    parking_ttl_seconds: float = Field(300.0, gt=0)
+    parking_max_per_query: int = Field(100, ge=1)
+    parking_max_total: int = Field(100_000, ge=1)
+
+    facet_allowlist: tuple[str, ...] = ("type", "popularity", "dynamism")
+    facet_max_values: int = Field(20, ge=1, le=1000)
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if not (value.startswith("memory://") or value.startswith("rocksdb://")):
+            raise ValueError(f"store must be memory:// or rocksdb://, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _sasl_needs_credentials(self) -> Settings:
+        if self.kafka_security_protocol.startswith("SASL") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            raise ValueError(
+                f"{self.kafka_security_protocol} needs SCORER_KAFKA_SASL_USERNAME and "
+                "SCORER_KAFKA_SASL_PASSWORD"
+            )
+        return self
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The broker address: the environment, else the local broker's, else localhost."""
+        return (
+            self.kafka_bootstrap_servers
+            or local_bootstrap(self.state_dir)
+            or "localhost:9092"
+        )
+
+    @property
+    def data_dir(self) -> Path:
+        return self.datadir or self.state_dir / "data"
+
+    def aiokafka_options(self) -> dict[str, object]:
+        """Connection keyword arguments for aiokafka clients (security included)."""
+        options: dict[str, object] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_security_protocol.startswith("SASL"):
+            assert self.kafka_sasl_password is not None
+            options.update(
+                sasl_mechanism=self.kafka_sasl_mechanism,
+                sasl_plain_username=self.kafka_sasl_username,
+                sasl_plain_password=self.kafka_sasl_password.get_secret_value(),
+            )
+        if self.kafka_security_protocol.endswith("SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context(
+                cafile=self.kafka_ssl_cafile,
+                certfile=self.kafka_ssl_certfile,
+                keyfile=self.kafka_ssl_keyfile,
+            )
+        return options
