@@ -1,0 +1,190 @@
+"""The worker's logic without Faust: decode, join, score, park, dead-letter.
+
+Everything here is a plain function or a small class over plain data, so it is
+tested without a broker; ``scorer.stream.app`` only wires it to topics and
+tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from schemas import GoldenQuery, RetrievalResult
+from scorer import __version__
+from scorer.metrics import METRIC_NAMES, Judgments, MetricValues, ideal_dcg, score
+
+DEADLETTER_HEADER_PREFIX = "x-scorer-"
+
+
+class RejectedEvent(Exception):
+    """An input event that cannot be scored: it goes to the dead-letter topic.
+
+    ``error_class`` is a short, bounded category (a label on /metrics);
+    ``message`` is one line saying what is wrong and where.
+    """
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+def _validation_message(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "event"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def _decode(model: type[Any], value: bytes | None) -> Any:
+    if value is None:
+        raise RejectedEvent("EmptyValue", "value is null")
+    try:
+        return model.model_validate_json(value)
+    except ValidationError as error:
+        kinds = {e["type"] for e in error.errors()}
+        error_class = "InvalidJson" if "json_invalid" in kinds else "SchemaViolation"
+        raise RejectedEvent(error_class, _validation_message(error)) from None
+    except (ValueError, RecursionError) as error:
+        first_line = (str(error).splitlines() or ["undecodable"])[0][:300]
+        raise RejectedEvent("InvalidJson", first_line) from None
+
+
+def decode_result(value: bytes | None) -> RetrievalResult:
+    """A RetrievalResult from the wire, or :class:`RejectedEvent` saying why not."""
+    return _decode(RetrievalResult, value)
+
+
+def decode_golden(value: bytes) -> GoldenQuery:
+    """A GoldenQuery from the wire, or :class:`RejectedEvent` saying why not."""
+    return _decode(GoldenQuery, value)
+
+
+def check_key(key: bytes | None, query_id: str) -> None:
+    """The record key must be the queryId: the join relies on co-partitioning by it."""
+    if key is None or key.decode("utf-8", "replace") != query_id:
+        shown = "null" if key is None else repr(key[:80].decode("utf-8", "replace"))
+        raise RejectedEvent(
+            "KeyMismatch", f"record key {shown} is not the event's queryId {query_id!r}"
+        )
+
+
+def qrels_fingerprint(qrels: Mapping[str, int]) -> str:
+    """A short, order-independent hash of a qrels map (which judgments scored a result)."""
+    canonical = orjson.dumps(qrels, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(canonical, digest_size=8).hexdigest()
+
+
+def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
+    """What the qrels table keeps per query: only what scoring needs, precomputed.
+
+    Non-relevant judgments earn nothing, so only grades >= 1 are kept; the ideal
+    DCG and the count of relevant ids are computed once here, not per result.
+    """
+    return {
+        "grades": {doc: grade for doc, grade in golden.qrels.items() if grade >= 1},
+        "idcg": ideal_dcg(golden.qrels),
+        "facets": dict(golden.facets or {}),
+        "fingerprint": qrels_fingerprint(golden.qrels),
+    }
+
+
+def judgments_of(entry: Mapping[str, Any]) -> Judgments:
+    grades = entry["grades"]
+    return Judgments(grades=grades, n_relevant=len(grades), ideal_dcg=entry["idcg"])
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A scored result: its wire bytes, and what the telemetry and rollups need."""
+
+    payload: bytes
+    values: MetricValues
+    facets: dict[str, str]
+
+
+def score_result(
+    result: RetrievalResult,
+    entry: Mapping[str, Any],
+    default_k: int,
+    now: datetime | None = None,
+) -> Scored:
+    """Score ``result`` against its query's table entry into a ScoredResult.
+
+    Facets of the golden set are overridden by those of the result; ``k`` is the
+    result's own, else ``default_k``.
+    """
+    k = result.k or default_k
+    values = score(result.ranked, judgments_of(entry), k)
+    facets = {**entry["facets"], **(result.facets or {})}
+    document: dict[str, Any] = {
+        "resultId": result.result_id,
+        "runId": result.run_id,
+        "queryId": result.query_id,
+        "facets": facets,
+        "k": k,
+        "retrievalMetrics": dict(zip(METRIC_NAMES, values, strict=True)),
+        "qrelsFingerprint": entry["fingerprint"],
+        "scorerVersion": __version__,
+        "scoredAt": (now or datetime.now(UTC)).isoformat(),
+    }
+    if result.timestamp is not None:
+        document["timestamp"] = result.timestamp.isoformat()
+    return Scored(payload=orjson.dumps(document), values=values, facets=facets)
+
+
+def deadletter_headers(
+    error: RejectedEvent,
+    topic: str,
+    partition: int,
+    offset: int,
+    original: list[tuple[str, bytes]] | None = None,
+) -> list[tuple[str, bytes]]:
+    """Headers of a dead letter: the original ones, then why and where it came from."""
+    return [
+        *(original or []),
+        (f"{DEADLETTER_HEADER_PREFIX}error-class", error.error_class.encode()),
+        (f"{DEADLETTER_HEADER_PREFIX}error-message", error.message.encode()[:1000]),
+        (f"{DEADLETTER_HEADER_PREFIX}source-topic", topic.encode()),
+        (f"{DEADLETTER_HEADER_PREFIX}source-partition", str(partition).encode()),
+        (f"{DEADLETTER_HEADER_PREFIX}source-offset", str(offset).encode()),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ParkDecision:
+    """Where a result without qrels goes: the new parked list, and what was pushed out."""
+
+    parked: list[list[Any]]
+    evicted: list[list[Any]]
+
+
+def park(
+    parked: list[list[Any]], raw: bytes, result_id: str, now: float, max_per_query: int
+) -> ParkDecision:
+    """Append a result to its query's parked list, keeping at most ``max_per_query``.
+
+    A parked item is ``[resultId, parkedAt, raw JSON text]``. When the list is
+    full the oldest item is evicted (it ends as unjudged, never silently).
+    """
+    items = [*parked, [result_id, now, raw.decode()]]
+    overflow = len(items) - max_per_query
+    if overflow > 0:
+        return ParkDecision(parked=items[overflow:], evicted=items[:overflow])
+    return ParkDecision(parked=items, evicted=[])
+
+
+def split_expired(
+    parked: list[list[Any]], now: float, ttl: float
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """``(still parked, expired)``: items parked for ``ttl`` seconds or more have expired."""
+    keep = [item for item in parked if now - item[1] < ttl]
+    expired = [item for item in parked if now - item[1] >= ttl]
+    return keep, expired

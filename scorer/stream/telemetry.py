@@ -1,0 +1,156 @@
+"""Prometheus metrics of the worker, served at ``/metrics`` beside Faust's own.
+
+Names (the recording rules and dashboards in ``deploy/`` rely on them):
+
+- ``scorer_retrieval_<metric>`` histograms, one per metric
+  (``recall_at_k``, ``precision_at_k``, ``ndcg_at_10``, ``mrr``, ``hit_at_k``),
+  labels ``facet`` and ``value``; every scored result is also observed under
+  ``facet="all", value="all"``. ``_sum / _count`` is the mean.
+- ``scorer_results_total{outcome}``: results that reached their final place,
+  ``outcome`` in scored, unjudged, deadletter.
+- ``scorer_parked_results``: results waiting for their qrels now (gauge), and
+  ``scorer_parked_total``: results that ever entered parking.
+- ``scorer_inputs_total{topic}``: events consumed, ``topic`` in results, qrels.
+- ``scorer_qrels_total{outcome}``: golden-set events, outcome in stored,
+  deleted, deadletter. ``scorer_judged_queries``: queries in this worker's table.
+- ``scorer_deadletters_total{topic, error}``: dead letters by input and error class.
+- ``scorer_scoring_latency_seconds``: from consuming a result to handing its
+  scored record to the producer. ``scorer_result_age_seconds``: from the
+  record's Kafka timestamp to scoring (end-to-end delay, lag included).
+
+Label values are bounded: only facets in the allowlist become labels, and
+each facet keeps at most ``max_values`` distinct values; the rest are
+observed as ``other``. Run ids never become labels.
+
+Invariant, per worker: results consumed = scored + unjudged + deadletter +
+parked now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from scorer.metrics import MetricValues
+
+ALL = "all"
+OTHER = "other"
+METRIC_SERIES = ("recall_at_k", "precision_at_k", "ndcg_at_10", "mrr", "hit_at_k")
+METRIC_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+AGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class FacetLabels:
+    """Maps facet values to bounded label values: allowlisted facets only, at most
+    ``max_values`` distinct values each (first come, first kept), the rest ``other``."""
+
+    def __init__(self, allowlist: Iterable[str], max_values: int) -> None:
+        self._allowed = frozenset(allowlist)
+        self._max_values = max_values
+        self._seen: dict[str, set[str]] = {facet: set() for facet in self._allowed}
+
+    def label_pairs(self, facets: Mapping[str, str]) -> list[tuple[str, str]]:
+        """``(facet, value)`` label pairs of a result, ``("all", "all")`` first."""
+        pairs = [(ALL, ALL)]
+        for facet, value in facets.items():
+            if facet not in self._allowed:
+                continue
+            seen = self._seen[facet]
+            if value not in seen:
+                if len(seen) >= self._max_values:
+                    value = OTHER
+                else:
+                    seen.add(value)
+            pairs.append((facet, value))
+        return pairs
+
+
+class Telemetry:
+    """The worker's Prometheus instruments, in a registry of its own."""
+
+    def __init__(self, facet_allowlist: Iterable[str], facet_max_values: int) -> None:
+        self.registry = CollectorRegistry()
+        self.facet_labels = FacetLabels(facet_allowlist, facet_max_values)
+        self._histograms = [
+            Histogram(
+                f"scorer_retrieval_{name}",
+                f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
+                ("facet", "value"),
+                buckets=METRIC_BUCKETS,
+                registry=self.registry,
+            )
+            for name in METRIC_SERIES
+        ]
+        # Children per label pair, cached: labels() is a dict lookup plus locking.
+        self._children: dict[tuple[str, str], list[Histogram]] = {}
+        self.results = Counter(
+            "scorer_results", "Results by final outcome.", ("outcome",), registry=self.registry
+        )
+        self.parked = Gauge(
+            "scorer_parked_results", "Results waiting for their qrels.", registry=self.registry
+        )
+        self.parked_total = Counter(
+            "scorer_parked", "Results that entered parking.", registry=self.registry
+        )
+        self.inputs = Counter(
+            "scorer_inputs", "Events consumed, by input.", ("topic",), registry=self.registry
+        )
+        self.qrels = Counter(
+            "scorer_qrels", "Golden-set events by outcome.", ("outcome",), registry=self.registry
+        )
+        self.judged_queries = Gauge(
+            "scorer_judged_queries", "Queries in this worker's qrels table.", registry=self.registry
+        )
+        self.deadletters = Counter(
+            "scorer_deadletters",
+            "Dead letters by input and error class.",
+            ("topic", "error"),
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "scorer_scoring_latency_seconds",
+            "Time from consuming a result to producing its scored record.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.age = Histogram(
+            "scorer_result_age_seconds",
+            "Time from a result's Kafka timestamp to its scoring.",
+            buckets=AGE_BUCKETS,
+            registry=self.registry,
+        )
+        for outcome in ("scored", "unjudged", "deadletter"):
+            self.results.labels(outcome)
+        for outcome in ("stored", "deleted", "deadletter"):
+            self.qrels.labels(outcome)
+        for topic in ("results", "qrels"):
+            self.inputs.labels(topic)
+
+    def observe_scored(self, values: MetricValues, facets: Mapping[str, str]) -> None:
+        """Count one scored result and observe its metrics under each label pair."""
+        self.results.labels("scored").inc()
+        for pair in self.facet_labels.label_pairs(facets):
+            children = self._children.get(pair)
+            if children is None:
+                children = self._children[pair] = [h.labels(*pair) for h in self._histograms]
+            for child, value in zip(children, values, strict=True):
+                child.observe(value)
+
+    def count_unjudged(self, n: int = 1) -> None:
+        self.results.labels("unjudged").inc(n)
+
+    def count_deadletter(self, topic: str, error_class: str) -> None:
+        if topic == "results":
+            self.results.labels("deadletter").inc()
+        else:
+            self.qrels.labels("deadletter").inc()
+        self.deadletters.labels(topic, error_class).inc()
+
+    def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """The current value of one sample (for /readyz and tests)."""
+        value = self.registry.get_sample_value(name, dict(labels or {}))
+        return 0.0 if value is None else value
