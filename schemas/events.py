@@ -91,7 +91,9 @@ class ScoredResult(WireModel):
     result_id: Id
     run_id: Id
     query_id: Id
-    facets: Facets = Field(default_factory=dict, description="Golden-set facets, overridden by the result's.")
+    facets: Facets = Field(
+        default_factory=dict, description="Golden-set facets, overridden by the result's."
+    )
     k: Annotated[int, Field(ge=1, le=MAX_K)]
     retrieval_metrics: RetrievalMetrics
     qrels_fingerprint: str = Field(description="Hash of the qrels the result was scored against.")

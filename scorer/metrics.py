@@ -127,9 +127,7 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
     )
 
 
-def retrieval_metrics(
-    ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10
-) -> MetricValues:
+def retrieval_metrics(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> MetricValues:
     """All five metrics of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
     return score(ranked, Judgments.from_qrels(qrels), k)
 

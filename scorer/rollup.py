@@ -73,7 +73,9 @@ class MetricAggregate:
     def means(self) -> dict[str, float]:
         """Mean of each metric (0.0 for an empty aggregate)."""
         n = self.count
-        return {name: (s / n if n else 0.0) for name, s in zip(METRIC_NAMES, self.sums, strict=True)}
+        return {
+            name: (s / n if n else 0.0) for name, s in zip(METRIC_NAMES, self.sums, strict=True)
+        }
 
     def ci95(self) -> dict[str, list[float]]:
         """95% confidence interval ``[low, high]`` of each mean (Student's t).
@@ -103,7 +105,9 @@ class MetricAggregate:
     @classmethod
     def from_state(cls, state: Sequence[Any]) -> MetricAggregate:
         count, sums, sumsqs = state
-        return cls(count=int(count), sums=[float(x) for x in sums], sumsqs=[float(x) for x in sumsqs])
+        return cls(
+            count=int(count), sums=[float(x) for x in sums], sumsqs=[float(x) for x in sumsqs]
+        )
 
 
 @dataclass(slots=True)

@@ -32,7 +32,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SCORER_", frozen=True, extra="ignore")
 
-    state_dir: Path = Field(DEFAULT_STATE_DIR, description="Local broker state and default datadir.")
+    state_dir: Path = Field(
+        DEFAULT_STATE_DIR, description="Local broker state and default datadir."
+    )
     kafka_bootstrap_servers: str = Field(
         "",
         validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "SCORER_KAFKA_BOOTSTRAP_SERVERS"),
@@ -89,11 +91,7 @@ class Settings(BaseSettings):
     @property
     def bootstrap_servers(self) -> str:
         """The broker address: the environment, else the local broker's, else localhost."""
-        return (
-            self.kafka_bootstrap_servers
-            or local_bootstrap(self.state_dir)
-            or "localhost:9092"
-        )
+        return self.kafka_bootstrap_servers or local_bootstrap(self.state_dir) or "localhost:9092"
 
     @property
     def data_dir(self) -> Path:

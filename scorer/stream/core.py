@@ -167,14 +167,19 @@ class ParkDecision:
 
 
 def park(
-    parked: list[list[Any]], raw: bytes, result_id: str, now: float, max_per_query: int
+    parked: list[list[Any]],
+    raw: bytes,
+    result_id: str,
+    now: float,
+    max_per_query: int,
+    partition: int,
 ) -> ParkDecision:
     """Append a result to its query's parked list, keeping at most ``max_per_query``.
 
-    A parked item is ``[resultId, parkedAt, raw JSON text]``. When the list is
-    full the oldest item is evicted (it ends as unjudged, never silently).
+    A parked item is ``[resultId, parkedAt, raw JSON text, partition]``. When the
+    list is full the oldest item is evicted (it ends as unjudged, never silently).
     """
-    items = [*parked, [result_id, now, raw.decode()]]
+    items = [*parked, [result_id, now, raw.decode(), partition]]
     overflow = len(items) - max_per_query
     if overflow > 0:
         return ParkDecision(parked=items[overflow:], evicted=items[:overflow])

@@ -1,0 +1,222 @@
+"""The Faust app: topics, tables, agents and timers of the streaming scorer.
+
+Thin by design: each agent decodes, joins, calls ``scorer.stream.core`` and
+emits. Every result ends in exactly one place (scored, parked, unjudged, dead
+letter) and is counted there (``scorer.stream.telemetry``).
+
+State, all in changelog-backed tables keyed by queryId and co-partitioned with
+the results and qrels topics:
+
+- ``qrels``: the table entry of each golden query (``core.golden_entry``);
+- ``parked``: results that arrived before their qrels, ``[resultId, parkedAt,
+  raw JSON, partition]`` items. Parking TTLs are enforced by a timer that
+  cannot write tables outside a stream, so it sends an expiry command to an
+  internal topic, on the query's own partition, and an agent there moves the
+  expired items to unjudged.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.sensors.prometheus import setup_prometheus_sensors
+
+from scorer.settings import Settings
+from scorer.stream import core
+from scorer.stream.telemetry import Telemetry
+from scorer.stream.web import register_views
+
+RAW = {"key_serializer": "raw", "value_serializer": "raw"}
+
+
+def broker_credentials(settings: Settings) -> Any:
+    """Faust credentials for the configured security protocol (None for plaintext)."""
+    protocol = settings.kafka_security_protocol
+    ssl_context = settings.aiokafka_options().get("ssl_context")
+    if protocol.startswith("SASL"):
+        assert settings.kafka_sasl_password is not None
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password.get_secret_value(),
+            mechanism=settings.kafka_sasl_mechanism,
+            ssl_context=ssl_context,
+        )
+    if protocol == "SSL":
+        return faust.SSLCredentials(ssl_context)
+    return None
+
+
+@dataclass
+class Scorer:
+    """The app and its parts, for the CLI and the tests to reach."""
+
+    app: faust.App
+    settings: Settings
+    telemetry: Telemetry
+    qrels_table: Any
+    parked_table: Any
+
+
+def create_app(settings: Settings) -> Scorer:
+    """Build the streaming scorer for ``settings`` (nothing connects until it runs)."""
+    app = faust.App(
+        settings.app_id,
+        broker=[f"kafka://{host}" for host in settings.bootstrap_servers.split(",")],
+        broker_credentials=broker_credentials(settings),
+        store=settings.store,
+        datadir=str(settings.data_dir),
+        web_bind=settings.web_host,
+        web_port=settings.web_port,
+        web_host=settings.web_host,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        processing_guarantee=settings.processing_guarantee,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        topic_allow_declare=True,
+        autodiscover=False,
+    )
+    telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
+    setup_prometheus_sensors(app, registry=telemetry.registry)
+
+    results_topic = app.topic(settings.results_topic, **RAW)
+    qrels_topic = app.topic(settings.qrels_topic, **RAW)
+    scored_topic = app.topic(settings.scored_topic, **RAW)
+    deadletter_topic = app.topic(settings.deadletter_topic, **RAW)
+    expiry_topic = app.topic(
+        f"{settings.app_id}-parking-expiry",
+        internal=True,
+        partitions=settings.partitions,
+        **RAW,
+    )
+    qrels_table = app.Table("qrels", default=None, partitions=settings.partitions)
+    parked_table = app.Table("parked", default=None, partitions=settings.partitions)
+    telemetry.judged_queries.set_function(lambda: len(qrels_table))
+
+    parked_count = 0
+    expiring: set[str] = set()
+
+    async def dead_letter(event: Any, error: core.RejectedEvent, input_name: str) -> None:
+        message = event.message
+        await deadletter_topic.send(
+            key=message.key,
+            value=message.value,
+            headers=core.deadletter_headers(
+                error,
+                message.topic,
+                message.partition,
+                message.offset,
+                list(message.headers or []),
+            ),
+        )
+        telemetry.count_deadletter(input_name, error.error_class)
+
+    async def emit_scored(result: Any, entry: dict[str, Any], started: float) -> None:
+        scored = core.score_result(result, entry, settings.default_retrieval_k)
+        await scored_topic.send(key=result.query_id.encode(), value=scored.payload)
+        telemetry.observe_scored(scored.values, scored.facets)
+        telemetry.latency.observe(time.perf_counter() - started)
+
+    @app.agent(results_topic, concurrency=1)
+    async def score_results(stream: Any) -> None:
+        nonlocal parked_count
+        async for event in stream.events():
+            started = time.perf_counter()
+            telemetry.inputs.labels("results").inc()
+            message = event.message
+            try:
+                result = core.decode_result(message.value)
+                core.check_key(message.key, result.query_id)
+            except core.RejectedEvent as error:
+                await dead_letter(event, error, "results")
+                continue
+            if message.timestamp:
+                telemetry.age.observe(max(0.0, time.time() - message.timestamp))
+            entry = qrels_table.get(result.query_id)
+            if entry is not None:
+                await emit_scored(result, entry, started)
+                continue
+            if parked_count >= settings.parking_max_total:
+                telemetry.count_unjudged()
+                continue
+            decision = core.park(
+                parked_table.get(result.query_id) or [],
+                message.value,
+                result.result_id,
+                time.time(),
+                settings.parking_max_per_query,
+                message.partition,
+            )
+            parked_table[result.query_id] = decision.parked
+            parked_count += 1 - len(decision.evicted)
+            telemetry.parked_total.inc()
+            telemetry.parked.set(parked_count)
+            if decision.evicted:
+                telemetry.count_unjudged(len(decision.evicted))
+
+    @app.agent(qrels_topic, concurrency=1)
+    async def store_qrels(stream: Any) -> None:
+        nonlocal parked_count
+        async for event in stream.events():
+            started = time.perf_counter()
+            telemetry.inputs.labels("qrels").inc()
+            message = event.message
+            if message.value is None:
+                if message.key is not None:
+                    qrels_table.pop(message.key.decode("utf-8", "replace"), None)
+                telemetry.qrels.labels("deleted").inc()
+                continue
+            try:
+                golden = core.decode_golden(message.value)
+                core.check_key(message.key, golden.query_id)
+            except core.RejectedEvent as error:
+                await dead_letter(event, error, "qrels")
+                continue
+            entry = core.golden_entry(golden)
+            qrels_table[golden.query_id] = entry
+            telemetry.qrels.labels("stored").inc()
+            waiting = parked_table.pop(golden.query_id, None)
+            if waiting:
+                parked_count -= len(waiting)
+                telemetry.parked.set(parked_count)
+                for item in waiting:
+                    await emit_scored(core.decode_result(item[2].encode()), entry, started)
+
+    @app.agent(expiry_topic, concurrency=1)
+    async def expire_parked(stream: Any) -> None:
+        nonlocal parked_count
+        async for event in stream.events():
+            query_id = event.message.key.decode()
+            expiring.discard(query_id)
+            keep, expired = core.split_expired(
+                parked_table.get(query_id) or [], time.time(), settings.parking_ttl_seconds
+            )
+            if not expired:
+                continue
+            if keep:
+                parked_table[query_id] = keep
+            else:
+                parked_table.pop(query_id, None)
+            parked_count -= len(expired)
+            telemetry.parked.set(parked_count)
+            telemetry.count_unjudged(len(expired))
+
+    @app.timer(interval=min(1.0, settings.parking_ttl_seconds / 4))
+    async def sweep_parked() -> None:
+        nonlocal parked_count
+        now = time.time()
+        total = 0
+        for query_id, items in list(parked_table.items()):
+            total += len(items)
+            oldest = min(item[1] for item in items)
+            if now - oldest >= settings.parking_ttl_seconds and query_id not in expiring:
+                expiring.add(query_id)
+                await expiry_topic.send(key=query_id.encode(), value=b"", partition=items[0][3])
+        parked_count = total
+        telemetry.parked.set(total)
+
+    register_views(app, qrels_table=qrels_table)
+    return Scorer(app, settings, telemetry, qrels_table, parked_table)
