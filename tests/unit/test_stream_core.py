@@ -1,0 +1,132 @@
+"""The worker's logic without a broker: decode, join, score, park, dead-letter."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from schemas import GoldenQuery, RetrievalResult, ScoredResult
+from scorer.metrics import retrieval_metrics
+from scorer.stream import core
+
+GOLDEN = GoldenQuery(
+    query_id="q1", qrels={"A": 3, "B": 2, "C": 1, "Z": 0}, facets={"type": "factoid", "x": "g"}
+)
+
+
+def result(**overrides: object) -> RetrievalResult:
+    fields = {"result_id": "r1", "run_id": "run", "query_id": "q1", "ranked": ["B", "X", "A", "C"]}
+    return RetrievalResult(**(fields | overrides))
+
+
+def test_table_entry_keeps_only_relevant_grades_and_the_ideal_dcg():
+    entry = core.golden_entry(GOLDEN)
+    assert entry["grades"] == {"A": 3, "B": 2, "C": 1}
+    assert entry["idcg"] == pytest.approx(7 + 3 / 1.584962500721156 + 1 / 2, abs=1e-12)
+    assert entry["facets"] == {"type": "factoid", "x": "g"}
+
+
+def test_scored_result_matches_the_metric_core_and_the_wire_schema():
+    entry = core.golden_entry(GOLDEN)
+    scored = core.score_result(result(k=4), entry, default_k=10)
+    document = ScoredResult.model_validate_json(scored.payload)
+    expected = retrieval_metrics(["B", "X", "A", "C"], GOLDEN.qrels, 4)
+    assert tuple(document.retrieval_metrics.model_dump().values()) == tuple(expected)
+    assert round(document.retrieval_metrics.ndcg_at_10, 3) == 0.738
+    assert document.k == 4
+    assert document.qrels_fingerprint == core.qrels_fingerprint(GOLDEN.qrels)
+
+
+def test_default_k_applies_when_the_result_sets_none():
+    scored = core.score_result(result(), core.golden_entry(GOLDEN), default_k=2)
+    assert orjson.loads(scored.payload)["k"] == 2
+    assert scored.values.precision_at_k == 0.5
+
+
+def test_result_facets_override_golden_facets():
+    scored = core.score_result(result(facets={"type": "list"}), core.golden_entry(GOLDEN), 10)
+    assert scored.facets == {"type": "list", "x": "g"}
+
+
+def test_empty_ranking_is_a_total_miss_not_an_error():
+    scored = core.score_result(result(ranked=[]), core.golden_entry(GOLDEN), 10)
+    assert tuple(scored.values) == (0.0, 0.0, 0.0, 0.0, 0)
+
+
+def test_fingerprint_ignores_key_order_and_sees_grade_changes():
+    assert core.qrels_fingerprint({"a": 1, "b": 2}) == core.qrels_fingerprint({"b": 2, "a": 1})
+    assert core.qrels_fingerprint({"a": 1}) != core.qrels_fingerprint({"a": 2})
+
+
+@pytest.mark.parametrize(
+    ("raw", "error_class", "fragment"),
+    [
+        (b"{not json", "InvalidJson", "Invalid JSON"),
+        (b"\xff\xfe\x00", "InvalidJson", "Invalid JSON"),
+        (b"[]", "SchemaViolation", "object"),
+        (None, "EmptyValue", "null"),
+        (b'{"resultId":"r","runId":"x","queryId":"q","ranked":[1]}', "SchemaViolation", "ranked.0"),
+        (b'{"resultId":"","runId":"x","queryId":"q","ranked":[]}', "SchemaViolation", "resultId"),
+        (b'{"resultId":"r","runId":"x","queryId":"q","ranked":[],"k":0}', "SchemaViolation", "k"),
+        (b'{"resultId":"r","runId":"x","queryId":"q","ranked":[],"k":"5"}', "SchemaViolation", "k"),
+        (b"[" * 5000 + b"]" * 5000, "InvalidJson", "recursion"),
+    ],
+)
+def test_undecodable_results_are_rejected_with_a_reason(raw, error_class, fragment):
+    with pytest.raises(core.RejectedEvent) as caught:
+        core.decode_result(raw)
+    assert caught.value.error_class == error_class
+    assert fragment in caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_oversized_ranking_is_rejected():
+    ids = orjson.dumps([f"d{i}" for i in range(1001)])
+    raw = b'{"resultId":"r","runId":"x","queryId":"q","ranked":' + ids + b"}"
+    with pytest.raises(core.RejectedEvent, match="ranked"):
+        core.decode_result(raw)
+
+
+def test_grades_outside_0_to_3_are_rejected_on_the_wire():
+    with pytest.raises(core.RejectedEvent, match=r"qrels\.A"):
+        core.decode_golden(b'{"queryId":"q","qrels":{"A":4}}')
+    with pytest.raises(core.RejectedEvent, match=r"qrels\.A"):
+        core.decode_golden(b'{"queryId":"q","qrels":{"A":-1}}')
+
+
+def test_record_key_must_be_the_query_id():
+    core.check_key(b"q1", "q1")
+    with pytest.raises(core.RejectedEvent, match="not the event's queryId"):
+        core.check_key(b"q2", "q1")
+    with pytest.raises(core.RejectedEvent, match="null"):
+        core.check_key(None, "q1")
+
+
+def test_deadletter_headers_keep_the_originals_and_say_why_and_where():
+    error = core.RejectedEvent("InvalidJson", "bad")
+    headers = dict(core.deadletter_headers(error, "t", 3, 42, [("trace", b"abc")]))
+    assert headers == {
+        "trace": b"abc",
+        "x-scorer-error-class": b"InvalidJson",
+        "x-scorer-error-message": b"bad",
+        "x-scorer-source-topic": b"t",
+        "x-scorer-source-partition": b"3",
+        "x-scorer-source-offset": b"42",
+    }
+
+
+def test_parking_is_bounded_per_query_and_evicts_the_oldest():
+    parked: list = []
+    for i in range(3):
+        decision = core.park(parked, b"{}", f"r{i}", now=float(i), max_per_query=2, partition=1)
+        parked = decision.parked
+    assert [item[0] for item in parked] == ["r1", "r2"]
+    assert [item[0] for item in decision.evicted] == ["r0"]
+    assert parked[0][3] == 1
+
+
+def test_expiry_splits_at_the_ttl():
+    parked = [["old", 0.0, "{}", 0], ["young", 9.0, "{}", 0]]
+    keep, expired = core.split_expired(parked, now=10.0, ttl=10.0)
+    assert [i[0] for i in keep] == ["young"]
+    assert [i[0] for i in expired] == ["old"]

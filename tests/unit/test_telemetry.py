@@ -1,0 +1,30 @@
+"""Prometheus instruments of the worker: bounded labels and exact sums."""
+
+from __future__ import annotations
+
+import pytest
+
+from scorer.metrics import MetricValues
+from scorer.stream.telemetry import FacetLabels, Telemetry
+
+
+def test_only_allowlisted_facets_become_labels_and_values_are_capped():
+    labels = FacetLabels(["type"], max_values=2)
+    assert labels.label_pairs({"type": "a", "secret": "x"}) == [("all", "all"), ("type", "a")]
+    assert labels.label_pairs({"type": "b"})[1] == ("type", "b")
+    assert labels.label_pairs({"type": "c"})[1] == ("type", "other")
+    assert labels.label_pairs({"type": "a"})[1] == ("type", "a")
+
+
+def test_histogram_sums_and_counts_equal_the_observed_metrics():
+    telemetry = Telemetry(["type"], 10)
+    observed = [MetricValues(1.0, 0.3, 0.738, 1.0, 1), MetricValues(0.0, 0.0, 0.0, 0.0, 0)]
+    telemetry.observe_scored(observed[0], {"type": "factoid"})
+    telemetry.observe_scored(observed[1], {"type": "list"})
+    ndcg_sum = telemetry.sample("scorer_retrieval_ndcg_at_10_sum", {"facet": "all", "value": "all"})
+    assert ndcg_sum == pytest.approx(0.738)
+    factoid = {"facet": "type", "value": "factoid"}
+    assert telemetry.sample("scorer_retrieval_recall_at_k_count", factoid) == 1
+    zero_bucket = {"facet": "all", "value": "all", "le": "0.0"}
+    assert telemetry.sample("scorer_retrieval_mrr_bucket", zero_bucket) == 1
+    assert telemetry.sample("scorer_results_total", {"outcome": "scored"}) == 2
