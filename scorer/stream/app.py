@@ -150,6 +150,8 @@ def create_app(settings: Settings) -> Scorer:
                 settings.parking_max_per_query,
                 message.partition,
             )
+            if not decision.added:
+                continue
             parked_table[result.query_id] = decision.parked
             parked_count += 1 - len(decision.evicted)
             telemetry.parked_total.inc()

@@ -164,6 +164,7 @@ class ParkDecision:
 
     parked: list[list[Any]]
     evicted: list[list[Any]]
+    added: bool = True
 
 
 def park(
@@ -178,7 +179,10 @@ def park(
 
     A parked item is ``[resultId, parkedAt, raw JSON text, partition]``. When the
     list is full the oldest item is evicted (it ends as unjudged, never silently).
+    A result already parked (redelivered after a crash) is not parked twice.
     """
+    if any(item[0] == result_id for item in parked):
+        return ParkDecision(parked=parked, evicted=[], added=False)
     items = [*parked, [result_id, now, raw.decode(), partition]]
     overflow = len(items) - max_per_query
     if overflow > 0:

@@ -130,3 +130,10 @@ def test_expiry_splits_at_the_ttl():
     keep, expired = core.split_expired(parked, now=10.0, ttl=10.0)
     assert [i[0] for i in keep] == ["young"]
     assert [i[0] for i in expired] == ["old"]
+
+
+def test_a_redelivered_result_is_not_parked_twice():
+    first = core.park([], b"{}", "r1", now=0.0, max_per_query=5, partition=0)
+    again = core.park(first.parked, b"{}", "r1", now=1.0, max_per_query=5, partition=0)
+    assert again.parked == first.parked
+    assert (again.evicted, again.added) == ([], False)
