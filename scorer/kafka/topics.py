@@ -1,0 +1,169 @@
+"""The scorer's topics, created idempotently with aiokafka's admin client.
+
+Brokers run with ``auto.create.topics.enable=false``: the project creates its
+own topics so that the results and qrels topics are co-partitioned (same
+partition count, same key) and the qrels topic is compacted. A run of
+``ensure_topics`` creates what is missing, leaves what exists alone, and
+reports what it found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import for_code
+
+from scorer.settings import Settings
+
+TOPIC_ALREADY_EXISTS = 36
+UNKNOWN_TOPIC_OR_PARTITION = 3
+COMPACT = {"cleanup.policy": "compact"}
+
+
+class TopicMismatchError(RuntimeError):
+    """An existing topic breaks the join's contract (partitions or cleanup policy)."""
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as found on (or just created in) the cluster.
+
+    ``config`` holds the values, on the cluster, of the settings the scorer
+    asks for (``cleanup.policy`` for every topic).
+    """
+
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    created: bool = False
+
+
+def wanted_topics(settings: Settings) -> list[NewTopic]:
+    """The scorer's topics as they should be: qrels compacted, all with ``settings.partitions``."""
+
+    def topic(name: str, config: dict[str, str] | None = None) -> NewTopic:
+        return NewTopic(
+            name,
+            num_partitions=settings.partitions,
+            replication_factor=settings.replication_factor,
+            topic_configs=dict(config or {}),
+        )
+
+    return [
+        topic(settings.results_topic),
+        topic(settings.qrels_topic, COMPACT),
+        topic(settings.scored_topic),
+        topic(settings.deadletter_topic),
+        topic(settings.rollup_topic),
+    ]
+
+
+def ensure_topics(settings: Settings) -> list[TopicState]:
+    """Create the missing scorer topics and describe all of them (blocking).
+
+    Raises ``TopicMismatchError`` when the results and qrels topics differ in
+    partition count from each other or from ``settings.partitions``, or the
+    qrels topic is not compacted; other topics whose partition count differs
+    are reported as found (the caller may warn). Broker errors propagate as
+    aiokafka's ``KafkaError``.
+    """
+    return asyncio.run(ensure_topics_async(settings))
+
+
+async def ensure_topics_async(settings: Settings) -> list[TopicState]:
+    """``ensure_topics`` for callers that already run an event loop."""
+    wanted = wanted_topics(settings)
+    admin = AIOKafkaAdminClient(client_id=f"{settings.app_id}-admin", **settings.aiokafka_options())
+    await admin.start()
+    try:
+        existing = await _partition_counts(admin, [topic.name for topic in wanted])
+        missing = [topic for topic in wanted if topic.name not in existing]
+        created: set[str] = set()
+        if missing:
+            response = await admin.create_topics(missing)
+            for error in response.to_object()["topic_errors"]:
+                code = error["error_code"]
+                if code == 0:
+                    created.add(error["topic"])
+                elif code != TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
+                    raise for_code(code)(f"creating {error['topic']}: {error['error_message']}")
+            existing = await _wait_for_metadata(admin, [topic.name for topic in wanted])
+        configs = await _cleanup_policies(admin, [topic.name for topic in wanted])
+    finally:
+        await admin.close()
+    states = [
+        TopicState(
+            topic.name,
+            existing[topic.name],
+            {"cleanup.policy": configs[topic.name]},
+            created=topic.name in created,
+        )
+        for topic in wanted
+    ]
+    _check_join_contract(settings, states)
+    return states
+
+
+def _check_join_contract(settings: Settings, states: list[TopicState]) -> None:
+    by_name = {state.name: state for state in states}
+    results, qrels = by_name[settings.results_topic], by_name[settings.qrels_topic]
+    if results.partitions != qrels.partitions or results.partitions != settings.partitions:
+        raise TopicMismatchError(
+            f"topics {results.name} ({results.partitions} partitions) and {qrels.name} "
+            f"({qrels.partitions}) must both have SCORER_PARTITIONS={settings.partitions}: "
+            "set SCORER_PARTITIONS to match, or delete and recreate the topics"
+        )
+    if "compact" not in qrels.config["cleanup.policy"].split(","):
+        raise TopicMismatchError(
+            f"topic {qrels.name} has cleanup.policy={qrels.config['cleanup.policy']}, "
+            "but the golden set needs compact: alter its config or recreate it"
+        )
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition count of each topic in ``names`` that exists."""
+    counts: dict[str, int] = {}
+    for topic in await admin.describe_topics(names):
+        if topic["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
+            continue
+        if topic["error_code"] != 0:
+            raise for_code(topic["error_code"])(f"describing topic {topic['topic']}")
+        counts[topic["topic"]] = len(topic["partitions"])
+    return counts
+
+
+async def _wait_for_metadata(
+    admin: AIOKafkaAdminClient, names: list[str], timeout: float = 10.0
+) -> dict[str, int]:
+    """Partition counts once every topic in ``names`` shows in the metadata (just created)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        counts = await _partition_counts(admin, names)
+        if len(counts) == len(names) or loop.time() > deadline:
+            missing = sorted(set(names) - set(counts))
+            if missing:
+                raise TopicMismatchError(f"topics {missing} were created but never showed up")
+            return counts
+        await asyncio.sleep(0.1)
+
+
+async def _cleanup_policies(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, str]:
+    """The effective ``cleanup.policy`` of each topic in ``names``."""
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, {"cleanup.policy": None}) for name in names
+    ]
+    policies: dict[str, str] = {}
+    for response in await admin.describe_configs(resources):
+        for resource in response.to_object()["resources"]:
+            if resource["error_code"] != 0:
+                raise for_code(resource["error_code"])(
+                    f"describing configs of topic {resource['resource_name']}: "
+                    f"{resource['error_message']}"
+                )
+            for entry in resource["config_entries"]:
+                policies[resource["resource_name"]] = entry["config_value"]
+    return policies
