@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 from pydantic import ValidationError
 
+if TYPE_CHECKING:
+    from scorer.settings import Settings
 
-def load_settings() -> object:
+
+def load_settings() -> Settings:
     """Settings from the environment, or a one-line error naming the bad variable."""
     from scorer.settings import Settings
 
@@ -26,6 +31,6 @@ def worker_command(loglevel: str) -> None:
 
     from scorer.stream.app import create_app
 
-    scorer = create_app(load_settings())  # type: ignore[arg-type]
+    scorer = create_app(load_settings())
     worker = faust.Worker(scorer.app, loglevel=loglevel)
     worker.execute_from_commandline()

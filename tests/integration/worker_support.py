@@ -1,0 +1,187 @@
+"""Running real worker processes against the test broker, and reading topics back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
+
+from scorer.kafka.topics import ensure_topics
+from scorer.settings import Settings
+
+SCORER = str(Path(sys.executable).with_name("scorer"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scorer_env(bootstrap: str, state_dir: Path, **overrides: object) -> dict[str, str]:
+    """Environment of a scorer process with its own app id and topics (no clashes
+    between tests on one broker)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "SCORER_STATE_DIR": str(state_dir),
+        "SCORER_APP_ID": prefix,
+        "SCORER_RESULTS_TOPIC": f"{prefix}.results",
+        "SCORER_QRELS_TOPIC": f"{prefix}.qrels",
+        "SCORER_SCORED_TOPIC": f"{prefix}.scored",
+        "SCORER_DEADLETTER_TOPIC": f"{prefix}.deadletter",
+        "SCORER_ROLLUP_TOPIC": f"{prefix}.scored.by-run",
+        "SCORER_PARTITIONS": "3",
+    }
+    env.update({f"SCORER_{key.upper()}": str(value) for key, value in overrides.items()})
+    return env
+
+
+def settings_of(env: Mapping[str, str]) -> Settings:
+    """The Settings a process with ``env`` would read."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        return Settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def create_topics(env: Mapping[str, str]) -> Settings:
+    settings = settings_of(env)
+    ensure_topics(settings)
+    return settings
+
+
+@dataclass
+class Worker:
+    """A ``scorer worker`` subprocess with its own web port and data directory."""
+
+    env: dict[str, str]
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"worker-{self.port}.log"
+
+    def start(self, ready_timeout: float = 90.0) -> Worker:
+        env = {**self.env, "SCORER_WEB_PORT": str(self.port)}
+        env.setdefault("SCORER_DATADIR", str(self.workdir / f"data-{self.port}"))
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [SCORER, "worker", "--loglevel", "info"],
+                env=env,
+                cwd=self.workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.wait_ready(ready_timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"worker exited with {self.process.returncode}:\n{self.tail()}"
+                )
+            status, _ = self.get("/readyz")
+            if status == 200:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"worker not ready after {timeout}s:\n{self.tail()}")
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """``(status, body)`` of a GET; status 0 when nothing answers."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except OSError:
+            return 0, b""
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """One sample of the worker's /metrics (0.0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        _, body = self.get("/metrics")
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in (labels or {}).items()
+                ):
+                    return sample.value
+        return 0.0
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def consume(
+    settings: Settings, topic: str, expected: int, timeout: float = 60.0
+) -> list[ConsumerRecord]:
+    """Read ``topic`` from the start until ``expected`` records arrived (or the
+    timeout), then a short while longer to catch any surplus (duplicates)."""
+
+    async def run() -> list[ConsumerRecord]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            **settings.aiokafka_options(),
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            group_id=None,
+        )
+        await consumer.start()
+        records: list[ConsumerRecord] = []
+        try:
+            deadline = time.monotonic() + timeout
+            grace_until: float | None = None
+            while time.monotonic() < deadline:
+                if grace_until is None and len(records) >= expected:
+                    grace_until = time.monotonic() + 2.0
+                if grace_until is not None and time.monotonic() > grace_until:
+                    break
+                batch = await consumer.getmany(timeout_ms=500)
+                for partition_records in batch.values():
+                    records.extend(partition_records)
+        finally:
+            await consumer.stop()
+        return records
+
+    return asyncio.run(run())
