@@ -32,3 +32,21 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Prometheus from Debian's package, for tests/integration/test_prometheus.py and
+# deploy/README.md. Idempotent: installs only when prometheus or promtool is missing.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: prometheus-install prometheus-check
+prometheus-install:
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then \
+		echo "prometheus present: $$(prometheus --version 2>&1 | head -n 1)"; \
+	else \
+		$(SUDO) apt-get update && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends prometheus; \
+	fi
+
+prometheus-check: prometheus-install
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool check config deploy/prometheus/prometheus.local.yml
+	promtool check rules deploy/prometheus/rules/*.yml
