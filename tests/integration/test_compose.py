@@ -46,7 +46,9 @@ def compose_config(**env: str) -> dict[str, Any]:
         text=True,
         timeout=60,
     )
-    assert completed.returncode == 0, f"docker-compose config rejected the file:\n{completed.stderr}"
+    assert completed.returncode == 0, (
+        f"docker-compose config rejected the file:\n{completed.stderr}"
+    )
     return json.loads(completed.stdout)
 
 
@@ -88,7 +90,8 @@ def test_ports_and_credentials_follow_the_environment() -> None:
         SCORER_PARTITIONS="8",
     )["services"]
     assert published_ports(services["kafka"]) == {9094: "19094"}
-    assert "HOST://localhost:19094" in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    advertised = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert "HOST://localhost:19094" in advertised
     assert published_ports(services["worker"]) == {6066: "16066"}
     assert published_ports(services["prometheus"]) == {9090: "19090"}
     assert published_ports(services["grafana"]) == {3000: "13000"}
