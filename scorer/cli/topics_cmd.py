@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 from aiokafka.errors import KafkaError
 
+from scorer.kafka.probe import BrokerUnavailable
 from scorer.kafka.topics import TopicMismatchError, TopicState, ensure_topics
 from scorer.settings import Settings
 
@@ -25,16 +24,17 @@ def create_command() -> None:
 
 
 def _ensure(settings: Settings) -> list[TopicState]:
-    # aiokafka logs every failed connect; the one-line error below says it all.
-    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     try:
         return ensure_topics(settings)
+    except BrokerUnavailable as error:
+        raise click.ClickException(
+            f"{error} (is it running? `scorer kafka status`; else set KAFKA_BOOTSTRAP_SERVERS)"
+        ) from None
     except TopicMismatchError as error:
         raise click.ClickException(str(error)) from None
     except KafkaError as error:
         raise click.ClickException(
-            f"Kafka at {settings.bootstrap_servers} failed: {error!r}; "
-            "is it running (`scorer kafka status`) and is KAFKA_BOOTSTRAP_SERVERS right?"
+            f"Kafka at {settings.bootstrap_servers} refused to set up the topics: {error}"
         ) from None
 
 

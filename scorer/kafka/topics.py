@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from scorer.kafka.probe import probe_broker
 from scorer.settings import Settings
 
 TOPIC_ALREADY_EXISTS = 36
@@ -67,8 +68,9 @@ def ensure_topics(settings: Settings) -> list[TopicState]:
     Raises ``TopicMismatchError`` when the results and qrels topics differ in
     partition count from each other or from ``settings.partitions``, or the
     qrels topic is not compacted; other topics whose partition count differs
-    are reported as found (the caller may warn). Broker errors propagate as
-    aiokafka's ``KafkaError``.
+    are reported as found (the caller may warn). An unreachable broker or a
+    refused login raises ``BrokerUnavailable``; other broker errors propagate
+    as aiokafka's ``KafkaError``.
     """
     return asyncio.run(ensure_topics_async(settings))
 
@@ -76,6 +78,7 @@ def ensure_topics(settings: Settings) -> list[TopicState]:
 async def ensure_topics_async(settings: Settings) -> list[TopicState]:
     """``ensure_topics`` for callers that already run an event loop."""
     wanted = wanted_topics(settings)
+    await probe_broker(settings.aiokafka_options())
     admin = AIOKafkaAdminClient(client_id=f"{settings.app_id}-admin", **settings.aiokafka_options())
     await admin.start()
     try:
