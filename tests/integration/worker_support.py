@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -11,14 +12,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from pydantic import SecretStr
 
-from scorer.kafka.topics import ensure_topics
 from scorer.settings import Settings
 
 SCORER = str(Path(sys.executable).with_name("scorer"))
@@ -30,49 +30,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def scorer_env(bootstrap: str, state_dir: Path, **overrides: object) -> dict[str, str]:
-    """Environment of a scorer process with its own app id and topics (no clashes
-    between tests on one broker)."""
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "SCORER_STATE_DIR": str(state_dir),
-        "SCORER_APP_ID": prefix,
-        "SCORER_RESULTS_TOPIC": f"{prefix}.results",
-        "SCORER_QRELS_TOPIC": f"{prefix}.qrels",
-        "SCORER_SCORED_TOPIC": f"{prefix}.scored",
-        "SCORER_DEADLETTER_TOPIC": f"{prefix}.deadletter",
-        "SCORER_ROLLUP_TOPIC": f"{prefix}.scored.by-run",
-        "SCORER_PARTITIONS": "3",
-    }
-    env.update({f"SCORER_{key.upper()}": str(value) for key, value in overrides.items()})
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a ``scorer`` process read ``settings``."""
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    for name, value in settings.model_dump().items():
+        if name == "kafka_bootstrap_servers" or value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        elif isinstance(value, tuple | list):
+            value = json.dumps(list(value))
+        env[f"SCORER_{name.upper()}"] = str(value)
     return env
-
-
-def settings_of(env: Mapping[str, str]) -> Settings:
-    """The Settings a process with ``env`` would read."""
-    saved = dict(os.environ)
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        return Settings()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def create_topics(env: Mapping[str, str]) -> Settings:
-    settings = settings_of(env)
-    ensure_topics(settings)
-    return settings
 
 
 @dataclass
 class Worker:
     """A ``scorer worker`` subprocess with its own web port and data directory."""
 
-    env: dict[str, str]
+    settings: Settings
     workdir: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
@@ -86,8 +62,9 @@ class Worker:
         return self.workdir / f"worker-{self.port}.log"
 
     def start(self, ready_timeout: float = 90.0) -> Worker:
-        env = {**self.env, "SCORER_WEB_PORT": str(self.port)}
-        env.setdefault("SCORER_DATADIR", str(self.workdir / f"data-{self.port}"))
+        env = worker_env(self.settings)
+        env["SCORER_WEB_PORT"] = str(self.port)
+        env["SCORER_DATADIR"] = str(self.workdir / f"data-{self.port}")
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [SCORER, "worker", "--loglevel", "info"],
