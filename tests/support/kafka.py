@@ -14,9 +14,10 @@ Nothing here skips: a broker that cannot be had is a test failure with the reaso
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,33 @@ def settings_for(bootstrap: str, state_dir: Path, **overrides: Any) -> Settings:
     }
     fields.update(overrides)
     return Settings(**fields)
+
+
+def create_topics(
+    broker: str | Mapping[str, object], partitions: int, *names: str, compact: bool = False
+) -> None:
+    """Create ``names`` with ``partitions`` each (brokers never auto-create topics).
+
+    ``broker`` is a bootstrap address or aiokafka connection options.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    config = {"cleanup.policy": "compact"} if compact else {}
+
+    async def create() -> None:
+        options = {"bootstrap_servers": broker} if isinstance(broker, str) else dict(broker)
+        admin = AIOKafkaAdminClient(**options)
+        await admin.start()
+        try:
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, 1, topic_configs=config) for name in names]
+            )
+        finally:
+            await admin.close()
+        failed = [error for error in response.to_object()["topic_errors"] if error["error_code"]]
+        assert not failed, f"creating topics failed: {failed}"
+
+    asyncio.run(create())
 
 
 def sasl_from_env() -> SaslListener | None:
