@@ -1,0 +1,351 @@
+"""Prometheus rules and the Grafana dashboard against a real Prometheus.
+
+``promtool`` checks the configs and rules. Then one stack serves the module:
+a real broker, a ``scorer worker`` process fed with ``scorer replay``, and
+Debian's ``prometheus`` scraping it every second with the project's rules
+(evaluated every second). Every PromQL expression of the rule files and the
+dashboard is evaluated through the HTTP API and must return series, and the
+recorded rolling means must equal the means of the scored events read back
+from the scored topic.
+
+Why a warm-up: a histogram child is created by its first observation, so the
+first scrape of a (facet, value) series already holds its first results and
+``rate()`` cannot see them (Prometheus counts increases between samples).
+The test first scores one perfect result per golden query, waits until
+Prometheus has scraped every series, then sends the measured traffic; the
+expected means are over the measured traffic only. In production this is the
+first scrape interval of a new facet value after a worker start.
+
+Set ``SCORER_PLOT_PNG=path`` to draw the rolling curves from this run
+(``bench/plot_prometheus.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from schemas import GoldenQuery, RetrievalResult, ScoredResult
+from scorer.demo import DemoTraffic
+from scorer.kafka.topics import ensure_topics
+from scorer.settings import Settings
+from scorer.stream.telemetry import ALL, METRIC_SERIES
+from tests.integration.prom_support import (
+    JOB,
+    PROMETHEUS_DIR,
+    RULES_DIR,
+    Expression,
+    PrometheusServer,
+    QueryError,
+    binary,
+    comparisons_as_bool,
+    dashboard_expressions,
+    install_config,
+    label_values_call,
+    rule_expressions,
+    substitute,
+)
+from tests.integration.worker_support import SCORER, Worker, consume, worker_env
+from tests.support.kafka import settings_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+PARKING_TTL = 3.0
+MEASURED_RESULTS = 600
+BAD_RESULTS = (b"{not json", b'{"resultId": "r-only"}', b"[]")
+BAD_GOLDEN = (b'{"queryId": "no-qrels"}',)
+DASHBOARD_VARIABLES = {"facet": "type", "value": ".*", "__rate_interval": "1m"}
+MEASURED_WINDOWS = ("5m", "1h")
+TOLERANCE = 1e-9
+
+
+def promtool() -> str:
+    try:
+        return binary("promtool")
+    except FileNotFoundError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+def test_promtool_accepts_both_configs_and_all_rules() -> None:
+    for config in ("prometheus.yml", "prometheus.local.yml"):
+        checked = subprocess.run(
+            [promtool(), "check", "config", str(PROMETHEUS_DIR / config)],
+            capture_output=True,
+            text=True,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    rule_files = sorted(str(path) for path in RULES_DIR.glob("*.yml"))
+    checked = subprocess.run(
+        [promtool(), "check", "rules", *rule_files], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("SUCCESS") == len(rule_files) == 2
+
+
+def test_rules_follow_the_naming_convention_and_alerts_are_documented() -> None:
+    for expression in rule_expressions():
+        name = expression.origin.rsplit(": ", 1)[1]
+        if expression.kind == "record":
+            level, metric, operations = name.split(":")
+            assert level and metric.startswith(("scorer_", "retrieval_scorer_")) and operations
+    import yaml
+
+    for path in RULES_DIR.glob("*.yml"):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    assert rule["annotations"]["summary"], rule["alert"]
+                    assert rule["annotations"]["description"], rule["alert"]
+                    assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+def test_dashboard_uses_only_its_own_variables_and_no_run_id() -> None:
+    expressions = dashboard_expressions()
+    assert len(expressions) > 20
+    for expression in expressions:
+        assert "run_id" not in expression.promql, expression.origin
+        assert "runId" not in expression.promql, expression.origin
+        leftover = substitute(expression.promql, DASHBOARD_VARIABLES)
+        assert "$" not in leftover, f"{expression.origin}: unknown variable in {leftover}"
+
+
+def test_comparisons_turn_into_bool_only_at_the_top_level() -> None:
+    assert comparisons_as_bool('a{x!="1"} > 0.9 * b and c >= 100') == (
+        'a{x!="1"} > bool 0.9 * b and c >= bool 100'
+    )
+    assert comparisons_as_bool("up == bool 0") == "up == bool 0"
+    assert comparisons_as_bool("count(x > 1) < 2") == "count(x > 1) < bool 2"
+
+
+@dataclass
+class LiveStack:
+    """The running stack and what the test sent through it."""
+
+    prometheus: PrometheusServer
+    worker: Worker
+    settings: Settings
+    measured: list[ScoredResult]
+    """Scored events of the measured traffic, read back from the scored topic."""
+    scored_total: int
+    unjudged_total: int
+
+
+def golden_set() -> list[GoldenQuery]:
+    """Demo golden queries that each have a relevant id (so a perfect ranking scores > 0)."""
+    golden = DemoTraffic.generate(queries=60, seed=11).golden
+    return [query for query in golden if any(grade >= 1 for grade in query.qrels.values())]
+
+
+def perfect_result(query: GoldenQuery) -> RetrievalResult:
+    relevant = sorted((doc for doc, g in query.qrels.items() if g >= 1), key=query.qrels.get)
+    return RetrievalResult(
+        result_id=f"warmup-{query.query_id}",
+        run_id="warmup",
+        query_id=query.query_id,
+        ranked=relevant[::-1][:10],
+    )
+
+
+def write_jsonl(path: Path, events: list[GoldenQuery] | list[RetrievalResult]) -> Path:
+    path.write_bytes(b"".join(event.to_json_bytes() + b"\n" for event in events))
+    return path
+
+
+def replay(settings: Settings, *args: str) -> None:
+    completed = subprocess.run(
+        [SCORER, "replay", *args], env=worker_env(settings), capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+
+
+def produce_raw(settings: Settings, topic: str, values: tuple[bytes, ...]) -> None:
+    """Send ``values`` unvalidated (the worker must dead-letter them)."""
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(**settings.aiokafka_options(), acks="all")
+        await producer.start()
+        try:
+            for index, value in enumerate(values):
+                await producer.send_and_wait(topic, key=f"bad-{index}".encode(), value=value)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+@pytest.fixture(scope="module")
+def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+    workdir = tmp_path_factory.mktemp("prometheus-stack")
+    settings = settings_for(kafka_bootstrap, workdir, partitions=2, parking_ttl_seconds=PARKING_TTL)
+    ensure_topics(settings)
+    worker = Worker(settings, workdir)
+    prometheus = None
+    try:
+        worker.start()
+        config = install_config(workdir / "prometheus", [f"127.0.0.1:{worker.port}"])
+        prometheus = PrometheusServer(config, workdir / "prometheus").start()
+        prometheus.wait_until(f'up{{job="{JOB}"}}', 1.0, timeout=30)
+
+        golden = golden_set()
+        warmup = [perfect_result(query) for query in golden]
+        replay(
+            settings,
+            "--golden", str(write_jsonl(workdir / "golden.jsonl", golden)),
+            "--results", str(write_jsonl(workdir / "warmup.jsonl", warmup)),
+        )  # fmt: skip
+        prometheus.wait_until(
+            'sum(scorer_retrieval_ndcg_at_10_count{facet="all"})', len(warmup), timeout=60
+        )
+        time.sleep(2.0)  # a second scrape of the warm-up state
+
+        traffic = DemoTraffic(golden=golden, unjudged_share=0.25, seed=11)
+        results = list(traffic.results(limit=MEASURED_RESULTS))
+        judged_ids = {query.query_id for query in golden}
+        judged = [result for result in results if result.query_id in judged_ids]
+        replay(settings, "--results", str(write_jsonl(workdir / "results.jsonl", results)))
+        produce_raw(settings, settings.results_topic, BAD_RESULTS)
+        produce_raw(settings, settings.qrels_topic, BAD_GOLDEN)
+
+        scored_total = len(warmup) + len(judged)
+        unjudged_total = len(results) - len(judged)
+        records = consume(settings, settings.scored_topic, scored_total, timeout=120)
+        scored = [ScoredResult.model_validate_json(record.value) for record in records]
+        measured_ids = {result.result_id for result in judged}
+        measured = [event for event in scored if event.result_id in measured_ids]
+        assert len(scored) == scored_total and len(measured) == len(judged)
+
+        prometheus.wait_until(
+            'sum(scorer_retrieval_ndcg_at_10_count{facet="all"})', scored_total, timeout=60
+        )
+        prometheus.wait_until(
+            'sum(scorer_results_total{outcome="unjudged"})', unjudged_total, timeout=60
+        )
+        prometheus.wait_until(
+            'sum(scorer_results_total{outcome="deadletter"})', len(BAD_RESULTS), timeout=60
+        )
+        prometheus.wait_until(
+            'sum(scorer_qrels_total{outcome="deadletter"})', len(BAD_GOLDEN), timeout=60
+        )
+        time.sleep(3.0)  # rule evaluations after the last change
+        yield LiveStack(prometheus, worker, settings, measured, scored_total, unjudged_total)
+        plot_to = os.environ.get("SCORER_PLOT_PNG")
+        if plot_to:
+            subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "plot_prometheus.py"),
+                 "--url", prometheus.url, "--minutes", "5", "--out", plot_to],
+                check=True,
+            )  # fmt: skip
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        worker.stop()
+
+
+def expected_means(events: list[ScoredResult], allowlist: tuple[str, ...]) -> dict:
+    """``{(metric, facet, value): mean}`` as the worker labels each scored event."""
+    sums: dict[tuple[str, str, str], float] = defaultdict(float)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for event in events:
+        pairs = [(ALL, ALL)] + [(f, v) for f, v in event.facets.items() if f in allowlist]
+        for metric in METRIC_SERIES:
+            value = float(getattr(event.retrieval_metrics, metric))
+            for facet, label_value in pairs:
+                sums[metric, facet, label_value] += value
+                counts[metric, facet, label_value] += 1
+    return {key: sums[key] / counts[key] for key in sums}
+
+
+@pytest.mark.parametrize("window", MEASURED_WINDOWS)
+def test_rolling_means_equal_the_means_of_the_scored_events(live: LiveStack, window: str) -> None:
+    expected = expected_means(live.measured, live.settings.facet_allowlist)
+    assert {facet for _, facet, _ in expected} == {"all", "type", "popularity", "dynamism"}
+    for metric in METRIC_SERIES:
+        recorded = live.prometheus.values(
+            f"facet_value:scorer_retrieval_{metric}:mean_rate{window}", ("facet", "value")
+        )
+        wanted = {(f, v): mean for (m, f, v), mean in expected.items() if m == metric}
+        assert recorded.keys() == wanted.keys(), metric
+        for pair, mean in wanted.items():
+            assert math.isclose(recorded[pair], mean, rel_tol=TOLERANCE, abs_tol=1e-12), (
+                f"{metric} {pair} over {window}: Prometheus {recorded[pair]!r}, events {mean!r}"
+            )
+
+
+def test_judged_coverage_is_scored_over_scored_and_unjudged(live: LiveStack) -> None:
+    expected = live.scored_total / (live.scored_total + live.unjudged_total)
+    for window in MEASURED_WINDOWS:
+        (coverage,) = live.prometheus.values(
+            f"job:scorer_judged_coverage:ratio_rate{window}"
+        ).values()
+        assert math.isclose(coverage, expected, rel_tol=TOLERANCE), window
+
+
+def test_throughput_counts_every_consumed_result(live: LiveStack) -> None:
+    rates = live.prometheus.values("job:scorer_results:rate5m", ("outcome",))
+    assert set(rates) == {("scored",), ("unjudged",), ("deadletter",)}
+    consumed = live.prometheus.values("job:scorer_inputs:rate5m", ("topic",))
+    # Every result consumed ended scored, unjudged or dead-lettered (none parked now),
+    # and all counters moved within the same scrapes: the rates add up.
+    assert math.isclose(consumed[("results",)], sum(rates.values()), rel_tol=1e-6)
+
+
+def test_dead_letters_fire_their_alert_and_nothing_else_fires(live: LiveStack) -> None:
+    breakdown = live.prometheus.values(
+        "job_topic_error:scorer_deadletters:rate5m", ("topic", "error")
+    )
+    assert {topic for topic, _ in breakdown} == {"results", "qrels"}
+    firing = {
+        rule["name"]
+        for group in live.prometheus.api("rules", type="alert")["groups"]
+        for rule in group["rules"]
+        if rule["state"] != "inactive"
+    }
+    assert firing == {"ScorerDeadLetters"}
+
+
+def test_every_rule_evaluates_without_error(live: LiveStack) -> None:
+    rules = [rule for group in live.prometheus.api("rules")["groups"] for rule in group["rules"]]
+    assert len(rules) == len(rule_expressions())
+    broken = {rule["name"]: rule.get("lastError") for rule in rules if rule["health"] != "ok"}
+    assert not broken
+
+
+def evaluate(prometheus: PrometheusServer, expression: Expression) -> int:
+    """Series count of ``expression`` in the form that returns series whatever the data's
+    state: alerts with bool comparisons, ``absent(x)`` as ``x``, Grafana variables filled."""
+    promql = substitute(expression.promql, DASHBOARD_VARIABLES)
+    if expression.kind == "variable":
+        call = label_values_call(promql)
+        assert call is not None, f"{expression.origin}: not a label_values() query"
+        selector, label = call
+        return len(prometheus.label_values(label, selector))
+    if expression.kind == "alert":
+        promql = comparisons_as_bool(promql)
+        if promql.startswith("absent(") and promql.endswith(")"):
+            assert prometheus.query(promql) == [], f"{expression.origin}: absent while present"
+            promql = promql[len("absent(") : -1]
+    try:
+        return len(prometheus.query(promql))
+    except QueryError as error:
+        raise AssertionError(f"{expression.origin}: {promql}\n{error}") from None
+
+
+@pytest.mark.parametrize(
+    "expression", rule_expressions() + dashboard_expressions(), ids=lambda e: e.origin
+)
+def test_expression_returns_series(live: LiveStack, expression: Expression) -> None:
+    assert evaluate(live.prometheus, expression) > 0, (
+        f"{expression.origin}: no series for {expression.promql}"
+    )
