@@ -85,15 +85,22 @@ class MetricAggregate:
         """
         n = self.count
         out: dict[str, list[float]] = {}
-        for name, s, sq in zip(METRIC_NAMES, self.sums, self.sumsqs, strict=True):
+        for index, (name, s) in enumerate(zip(METRIC_NAMES, self.sums, strict=True)):
             mean = s / n if n else 0.0
             if n < 2:
                 out[name] = [mean, mean]
                 continue
-            variance = max(0.0, (sq - s * s / n) / (n - 1))
-            half = t_quantile_975(n - 1) * math.sqrt(variance / n)
+            half = t_quantile_975(n - 1) * math.sqrt(self.variance(index) / n)
             out[name] = [mean - half, mean + half]
         return out
+
+    def variance(self, index: int) -> float:
+        """Sample variance of the metric at ``index`` (0.0 with fewer than two results)."""
+        n = self.count
+        if n < 2:
+            return 0.0
+        s, sq = self.sums[index], self.sumsqs[index]
+        return max(0.0, (sq - s * s / n) / (n - 1))
 
     def summary(self) -> dict[str, Any]:
         """``{"count", "metrics": means, "ci95": intervals}``: the wire shape of an aggregate."""

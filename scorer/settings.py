@@ -7,6 +7,7 @@ into the state directory is used, then ``localhost:9092``.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -61,11 +62,16 @@ class Settings(BaseSettings):
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
     web_host: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
+    web_advertised_host: str | None = Field(
+        None, description="Host other workers use to reach this one (default: web_host)."
+    )
     datadir: Path | None = None
 
     parking_ttl_seconds: float = Field(300.0, gt=0)
     parking_max_per_query: int = Field(100, ge=1)
     parking_max_total: int = Field(100_000, ge=1)
+
+    rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
 
     facet_allowlist: tuple[str, ...] = ("type", "popularity", "dynamism")
     facet_max_values: int = Field(20, ge=1, le=1000)
@@ -92,6 +98,14 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         """The broker address: the environment, else the local broker's, else localhost."""
         return self.kafka_bootstrap_servers or local_bootstrap(self.state_dir) or "localhost:9092"
+
+    @property
+    def canonical_url(self) -> str:
+        """The URL other workers forward run API requests to."""
+        host = self.web_advertised_host or self.web_host
+        if host in ("0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"http://{host}:{self.web_port}"
 
     @property
     def data_dir(self) -> Path:

@@ -13,19 +13,27 @@ the results and qrels topics:
   cannot write tables outside a stream, so it sends an expiry command to an
   internal topic, on the query's own partition, and an agent there moves the
   expired items to unjudged.
+
+Run rollups: every scored record is also sent to the rollup topic keyed by
+run id, with the position of the input that produced it; an agent there folds
+it into the ``rollups`` table (keyed by run id, raw keys so that the web
+router finds a run's owner) and the bounded ``run_queries`` table
+(``scorer.stream.runs``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import faust
+import orjson
 from faust.sensors.prometheus import setup_prometheus_sensors
 
 from scorer.settings import Settings
-from scorer.stream import core
+from scorer.stream import core, runs
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.web import register_views
 
@@ -58,6 +66,8 @@ class Scorer:
     telemetry: Telemetry
     qrels_table: Any
     parked_table: Any
+    rollup_table: Any
+    run_queries_table: Any
 
 
 def create_app(settings: Settings) -> Scorer:
@@ -70,7 +80,7 @@ def create_app(settings: Settings) -> Scorer:
         datadir=str(settings.data_dir),
         web_bind=settings.web_host,
         web_port=settings.web_port,
-        web_host=settings.web_host,
+        canonical_url=settings.canonical_url,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         processing_guarantee=settings.processing_guarantee,
@@ -86,6 +96,7 @@ def create_app(settings: Settings) -> Scorer:
     qrels_topic = app.topic(settings.qrels_topic, **RAW)
     scored_topic = app.topic(settings.scored_topic, **RAW)
     deadletter_topic = app.topic(settings.deadletter_topic, **RAW)
+    rollup_topic = app.topic(settings.rollup_topic, **RAW)
     expiry_topic = app.topic(
         f"{settings.app_id}-parking-expiry",
         internal=True,
@@ -94,6 +105,11 @@ def create_app(settings: Settings) -> Scorer:
     )
     qrels_table = app.Table("qrels", default=None, partitions=settings.partitions)
     parked_table = app.Table("parked", default=None, partitions=settings.partitions)
+    # Raw byte keys: the router hashes a key as the producer did on the rollup topic.
+    rollup_table = app.Table(
+        "rollups", default=None, partitions=settings.partitions, key_type=bytes
+    )
+    run_queries_table = app.Table("run_queries", default=None, partitions=settings.partitions)
     telemetry.judged_queries.set_function(lambda: len(qrels_table))
 
     parked_count = 0
@@ -114,11 +130,21 @@ def create_app(settings: Settings) -> Scorer:
         )
         telemetry.count_deadletter(input_name, error.error_class)
 
-    async def emit_scored(result: Any, entry: dict[str, Any], started: float) -> None:
+    async def emit_scored(
+        result: Any, entry: dict[str, Any], started: float, position: runs.SourcePosition
+    ) -> None:
         scored = core.score_result(result, entry, settings.default_retrieval_k)
         await scored_topic.send(key=result.query_id.encode(), value=scored.payload)
+        await rollup_topic.send(
+            key=result.run_id.encode(),
+            value=scored.payload,
+            headers=[(runs.SOURCE_HEADER, position.encode())],
+        )
         telemetry.observe_scored(scored.values, scored.facets)
         telemetry.latency.observe(time.perf_counter() - started)
+
+    def position_of(message: Any, seq: int = 0) -> runs.SourcePosition:
+        return runs.SourcePosition(message.topic, message.partition, message.offset, seq)
 
     @app.agent(results_topic, concurrency=1)
     async def score_results(stream: Any) -> None:
@@ -137,7 +163,7 @@ def create_app(settings: Settings) -> Scorer:
                 telemetry.age.observe(max(0.0, time.time() - message.timestamp))
             entry = qrels_table.get(result.query_id)
             if entry is not None:
-                await emit_scored(result, entry, started)
+                await emit_scored(result, entry, started, position_of(message))
                 continue
             if parked_count >= settings.parking_max_total:
                 telemetry.count_unjudged()
@@ -184,8 +210,9 @@ def create_app(settings: Settings) -> Scorer:
             if waiting:
                 parked_count -= len(waiting)
                 telemetry.parked.set(parked_count)
-                for item in waiting:
-                    await emit_scored(core.decode_result(item[2].encode()), entry, started)
+                for seq, item in enumerate(waiting):
+                    result = core.decode_result(item[2].encode())
+                    await emit_scored(result, entry, started, position_of(message, seq))
 
     @app.agent(expiry_topic, concurrency=1)
     async def expire_parked(stream: Any) -> None:
@@ -206,6 +233,26 @@ def create_app(settings: Settings) -> Scorer:
             telemetry.parked.set(parked_count)
             telemetry.count_unjudged(len(expired))
 
+    @app.agent(rollup_topic, concurrency=1)
+    async def roll_up(stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            position = runs.SourcePosition.decode(dict(message.headers)[runs.SOURCE_HEADER])
+            scored = orjson.loads(message.value)
+            run_id = scored["runId"]
+            state = rollup_table.get(message.key) or runs.new_run_state()
+            if runs.is_duplicate(state, position):
+                telemetry.rollup_duplicates.inc()
+                continue
+            key = runs.query_key(run_id, scored["queryId"])
+            tracked = run_queries_table.get(key)
+            if tracked is not None or state["queries"] < settings.rollup_max_queries:
+                if tracked is None:
+                    state["queries"] += 1
+                run_queries_table[key] = runs.fold_query(tracked, runs.metric_values(scored))
+            now = datetime.now(UTC).isoformat()
+            rollup_table[message.key] = runs.fold(state, scored, position, now)
+
     @app.timer(interval=min(1.0, settings.parking_ttl_seconds / 4))
     async def sweep_parked() -> None:
         nonlocal parked_count
@@ -220,5 +267,7 @@ def create_app(settings: Settings) -> Scorer:
         parked_count = total
         telemetry.parked.set(total)
 
-    register_views(app, qrels_table=qrels_table)
-    return Scorer(app, settings, telemetry, qrels_table, parked_table)
+    register_views(app, settings, rollup_table, run_queries_table)
+    return Scorer(
+        app, settings, telemetry, qrels_table, parked_table, rollup_table, run_queries_table
+    )

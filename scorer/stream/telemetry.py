@@ -14,6 +14,8 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
 - ``scorer_qrels_total{outcome}``: golden-set events, outcome in stored,
   deleted, deadletter. ``scorer_judged_queries``: queries in this worker's table.
 - ``scorer_deadletters_total{topic, error}``: dead letters by input and error class.
+- ``scorer_rollup_duplicates_total``: redelivered scored records that the run
+  rollups recognised and dropped (at-least-once only).
 - ``scorer_scoring_latency_seconds``: from consuming a result to handing its
   scored record to the producer. ``scorer_result_age_seconds``: from the
   record's Kafka timestamp to scoring (end-to-end delay, lag included).
@@ -113,6 +115,11 @@ class Telemetry:
             "scorer_deadletters",
             "Dead letters by input and error class.",
             ("topic", "error"),
+            registry=self.registry,
+        )
+        self.rollup_duplicates = Counter(
+            "scorer_rollup_duplicates",
+            "Redelivered scored records the run rollups dropped.",
             registry=self.registry,
         )
         self.latency = Histogram(

@@ -1,11 +1,27 @@
-"""HTTP views of the worker (read-only): liveness and readiness."""
+"""HTTP views of the worker, all read-only: health, readiness and the run API.
+
+Run endpoints are answered by the worker that owns the run's partition of
+the ``rollups`` table: any other worker forwards the request there (Faust's
+router), so every worker answers alike. The compare endpoint gathers both
+runs through those routed endpoints and computes on the way back.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import faust
+from faust.exceptions import SameNode
 from faust.web import Request, Response, View
+
+from scorer.compare import compare_runs
+from scorer.rollup import MetricAggregate
+from scorer.settings import Settings
+from scorer.stream import runs
+from scorer.stream.openapi import OPENAPI
+
+API = "/api/v1/evals/runs"
+MAX_RUN_ID_LENGTH = 256
 
 
 def is_ready(app: faust.App) -> tuple[bool, str]:
@@ -19,8 +35,47 @@ def is_ready(app: faust.App) -> tuple[bool, str]:
     return True, "consuming"
 
 
-def register_views(app: faust.App, **_tables: Any) -> None:
-    """Add ``/healthz`` and ``/readyz`` to the app's web server."""
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot be a run id (the wire's bounds), or None."""
+    if not run_id or len(run_id) > MAX_RUN_ID_LENGTH:
+        return f"run id must be 1 to {MAX_RUN_ID_LENGTH} characters"
+    if any(not ch.isprintable() for ch in run_id):
+        return "run id must not contain control characters"
+    return None
+
+
+def error(web: View, status: int, message: str) -> Response:
+    return web.json({"error": message, "status": status}, status=status)
+
+
+def register_views(
+    app: faust.App, settings: Settings, rollup_table: Any, run_queries_table: Any
+) -> None:
+    """Add the health views and the run API to the app's web server."""
+
+    async def routed(web: View, request: Request, run_id: str, local: Any) -> Response:
+        """Answer here if this worker owns ``run_id``, else forward to the owner."""
+        problem = run_id_problem(run_id)
+        if problem:
+            return error(web, 400, problem)
+        try:
+            return await app.router.route_req(rollup_table.name, run_id.encode(), web, request)
+        except SameNode:
+            return await local()
+
+    def run_scores(run_id: str) -> dict[str, list[float]]:
+        """Per-query mean scores of a run held by this worker."""
+        prefix = runs.query_key(run_id, "")
+        return {
+            key[len(prefix) :]: runs.query_means(entry)
+            for key, entry in run_queries_table.items()
+            if key.startswith(prefix)
+        }
+
+    async def fetch_json(path: str) -> tuple[int, Any]:
+        url = app.conf.canonical_url.with_path(path)
+        async with app.http_client.get(url) as response:
+            return response.status, await response.json(content_type=None)
 
     @app.page("/healthz")
     async def healthz(web: View, request: Request) -> Response:
@@ -30,3 +85,56 @@ def register_views(app: faust.App, **_tables: Any) -> None:
     async def readyz(web: View, request: Request) -> Response:
         ready, reason = is_ready(app)
         return web.json({"ready": ready, "status": reason}, status=200 if ready else 503)
+
+    @app.page("/api/v1/openapi.json")
+    async def openapi(web: View, request: Request) -> Response:
+        return web.json(OPENAPI)
+
+    @app.page(API + "/{run_id}/metrics")
+    class RunMetrics(View):
+        async def get(self, request: Request, run_id: str) -> Response:
+            async def local() -> Response:
+                state = rollup_table.get(run_id.encode())
+                if state is None:
+                    return error(self, 404, f"unknown run {run_id!r}")
+                return self.json(runs.run_document(run_id, state, settings.rollup_max_queries))
+
+            return await routed(self, request, run_id, local)
+
+    @app.page(API + "/{run_id}/scores")
+    class RunScores(View):
+        async def get(self, request: Request, run_id: str) -> Response:
+            async def local() -> Response:
+                state = rollup_table.get(run_id.encode())
+                if state is None:
+                    return error(self, 404, f"unknown run {run_id!r}")
+                return self.json(
+                    {
+                        "runId": run_id,
+                        "overall": state["rollup"]["overall"],
+                        "queries": run_scores(run_id),
+                    }
+                )
+
+            return await routed(self, request, run_id, local)
+
+    @app.page(API + "/{run_a}/compare/{run_b}")
+    class CompareRuns(View):
+        async def get(self, request: Request, run_a: str, run_b: str) -> Response:
+            fetched = {}
+            for run_id in (run_a, run_b):
+                problem = run_id_problem(run_id)
+                if problem:
+                    return error(self, 400, problem)
+                status, body = await fetch_json(f"{API}/{run_id}/scores")
+                if status != 200:
+                    return self.json(body, status=status)
+                fetched[run_id] = body
+            a, b = fetched[run_a], fetched[run_b]
+            body = compare_runs(
+                MetricAggregate.from_state(a["overall"]),
+                MetricAggregate.from_state(b["overall"]),
+                a["queries"],
+                b["queries"],
+            )
+            return self.json({"runA": run_a, "runB": run_b, **body})

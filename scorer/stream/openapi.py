@@ -1,0 +1,222 @@
+"""The OpenAPI document of the worker's HTTP API (served at /api/v1/openapi.json;
+``docs/openapi.json`` is written from it by ``scorer schemas export`` and kept
+in sync by a test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scorer import __version__
+from scorer.metrics import METRIC_NAMES
+
+_METRICS = {
+    "type": "object",
+    "description": "Mean of each metric.",
+    "properties": {name: {"type": "number"} for name in METRIC_NAMES},
+    "required": list(METRIC_NAMES),
+}
+_INTERVAL = {
+    "type": "array",
+    "items": {"type": "number"},
+    "minItems": 2,
+    "maxItems": 2,
+    "description": "95% confidence interval [low, high] (Student's t).",
+}
+_INTERVALS = {
+    "type": "object",
+    "properties": {name: _INTERVAL for name in METRIC_NAMES},
+}
+_AGGREGATE = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer"},
+        "metrics": _METRICS,
+        "ci95": _INTERVALS,
+    },
+    "required": ["count", "metrics", "ci95"],
+}
+_ERROR = {
+    "description": "An error, as JSON.",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"error": {"type": "string"}, "status": {"type": "integer"}},
+                "required": ["error", "status"],
+            }
+        }
+    },
+}
+_RUN_ID = {
+    "name": "runId",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+}
+_DELTA = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "number"},
+        "b": {"type": "number"},
+        "delta": {"type": "number", "description": "mean(b) - mean(a)"},
+        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}]},
+    },
+}
+_PAIRED = {
+    "type": "object",
+    "properties": {
+        "delta": {"type": ["number", "null"], "description": "mean over shared queries of b - a"},
+        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}]},
+        "wins": {"type": "integer"},
+        "losses": {"type": "integer"},
+        "ties": {"type": "integer"},
+    },
+}
+
+
+def _json(schema: dict[str, Any], description: str, example: Any = None) -> dict[str, Any]:
+    media: dict[str, Any] = {"schema": schema}
+    if example is not None:
+        media["example"] = example
+    return {"description": description, "content": {"application/json": media}}
+
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "retrieval-scorer run API",
+        "version": __version__,
+        "description": (
+            "Read-only rollups of the scored stream per run. Any worker answers: "
+            "requests are forwarded to the worker that owns the run."
+        ),
+    },
+    "paths": {
+        "/api/v1/evals/runs/{runId}/metrics": {
+            "get": {
+                "summary": "Rolled-up metrics of one run, overall and per facet value",
+                "description": (
+                    "The same shape as one run of `scorer eval --format json`, plus "
+                    "`updatedAt` and the paired-comparison bound."
+                ),
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": _json(
+                        {
+                            "allOf": [_AGGREGATE],
+                            "properties": {
+                                "runId": {"type": "string"},
+                                "facets": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "object",
+                                        "additionalProperties": _AGGREGATE,
+                                    },
+                                },
+                                "updatedAt": {"type": "string", "format": "date-time"},
+                                "pairedQueries": {
+                                    "type": "object",
+                                    "properties": {
+                                        "tracked": {"type": "integer"},
+                                        "limit": {"type": "integer"},
+                                    },
+                                },
+                            },
+                        },
+                        "The run's rollup.",
+                        {
+                            "runId": "hybrid-v2",
+                            "count": 2,
+                            "metrics": dict(
+                                zip(METRIC_NAMES, (1.0, 0.35, 0.79, 0.75, 1.0), strict=True)
+                            ),
+                            "ci95": {"ndcgAt10": [0.2, 1.0]},
+                            "facets": {"type": {"factoid": {"count": 2}}},
+                            "updatedAt": "2026-11-30T12:00:00+00:00",
+                            "pairedQueries": {"tracked": 2, "limit": 10000},
+                        },
+                    ),
+                    "400": _ERROR,
+                    "404": _ERROR,
+                    "503": _ERROR,
+                },
+            }
+        },
+        "/api/v1/evals/runs/{runId}/scores": {
+            "get": {
+                "summary": "Per-query mean scores of one run (bounded) and its raw sums",
+                "description": (
+                    "At most `pairedQueries.limit` distinct queries per run are kept; "
+                    "`overall` is `[count, sums, sums of squares]` in metric order "
+                    + ", ".join(METRIC_NAMES)
+                    + "."
+                ),
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "runId": {"type": "string"},
+                                "overall": {"type": "array"},
+                                "queries": {
+                                    "type": "object",
+                                    "additionalProperties": {
+                                        "type": "array",
+                                        "items": {"type": "number"},
+                                    },
+                                },
+                            },
+                        },
+                        "Per-query scores.",
+                    ),
+                    "400": _ERROR,
+                    "404": _ERROR,
+                },
+            }
+        },
+        "/api/v1/evals/runs/{runA}/compare/{runB}": {
+            "get": {
+                "summary": "Difference of each mean between two runs, unpaired and paired",
+                "description": (
+                    "`delta` is mean(b) - mean(a). Unpaired intervals are Welch's; the paired "
+                    "part is over the queries both runs answered (per-query means)."
+                ),
+                "parameters": [
+                    {**_RUN_ID, "name": "runA"},
+                    {**_RUN_ID, "name": "runB"},
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "runA": {"type": "string"},
+                                "runB": {"type": "string"},
+                                "countA": {"type": "integer"},
+                                "countB": {"type": "integer"},
+                                "metrics": {
+                                    "type": "object",
+                                    "properties": {name: _DELTA for name in METRIC_NAMES},
+                                },
+                                "paired": {
+                                    "type": "object",
+                                    "properties": {
+                                        "queries": {"type": "integer"},
+                                        "metrics": {
+                                            "type": "object",
+                                            "properties": {name: _PAIRED for name in METRIC_NAMES},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                        "The comparison.",
+                    ),
+                    "400": _ERROR,
+                    "404": _ERROR,
+                },
+            }
+        },
+    },
+}

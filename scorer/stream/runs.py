@@ -1,0 +1,122 @@
+"""Per-run rollups of the scored stream: pure state transitions, no Faust.
+
+The worker repartitions scored records by run id and folds each into its
+run's state (a changelog-backed table value). Two things make the counts
+exact under at-least-once delivery:
+
+- every scored record carries the position of the input event that produced
+  it (``topic/partition/offset/seq``); a run keeps, per input partition, the
+  highest position folded in. Records are produced in input order per input
+  partition, so a redelivered record is at or below that watermark and is
+  dropped, whatever the crash.
+- per-query scores, for paired comparisons, are folded the same way and are
+  bounded: at most ``max_queries`` distinct queries per run are tracked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scorer.metrics import METRIC_NAMES
+from scorer.rollup import RunRollup
+
+SOURCE_HEADER = "x-scorer-source"
+MAX_FACET_VALUES_PER_RUN = 200
+"""Distinct values kept per facet and run; later ones are folded into ``other``."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourcePosition:
+    """Where a scored record came from: the input event that produced it, and its
+    index among the records that event produced (a qrels event can release several
+    parked results)."""
+
+    topic: str
+    partition: int
+    offset: int
+    seq: int = 0
+
+    def encode(self) -> bytes:
+        return f"{self.topic}/{self.partition}/{self.offset}/{self.seq}".encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SourcePosition:
+        topic, partition, offset, seq = raw.decode().rsplit("/", 3)
+        return cls(topic, int(partition), int(offset), int(seq))
+
+    @property
+    def stream(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+def metric_values(scored: Mapping[str, Any]) -> list[float]:
+    """The five metrics of a scored record, in ``METRIC_NAMES`` order."""
+    metrics = scored["retrievalMetrics"]
+    return [float(metrics[name]) for name in METRIC_NAMES]
+
+
+def new_run_state() -> dict[str, Any]:
+    return {"rollup": RunRollup().to_state(), "watermarks": {}, "updatedAt": None, "queries": 0}
+
+
+def is_duplicate(state: Mapping[str, Any], position: SourcePosition) -> bool:
+    """True when ``position`` is at or below the run's watermark for its input partition."""
+    mark = state["watermarks"].get(position.stream)
+    return mark is not None and (position.offset, position.seq) <= tuple(mark)
+
+
+def fold(
+    state: dict[str, Any],
+    scored: Mapping[str, Any],
+    position: SourcePosition,
+    updated_at: str,
+) -> dict[str, Any]:
+    """The run state with one (not duplicate) scored record folded in."""
+    rollup = RunRollup.from_state(state["rollup"])
+    rollup.add(metric_values(scored), capped_facets(rollup, scored.get("facets") or {}))
+    state["rollup"] = rollup.to_state()
+    state["watermarks"][position.stream] = [position.offset, position.seq]
+    state["updatedAt"] = updated_at
+    return state
+
+
+def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:
+    """Facets of a record, with values beyond the per-run cap folded into ``other``."""
+    capped = {}
+    for facet, value in facets.items():
+        known = rollup.facets.get(facet, {})
+        if value not in known and len(known) >= MAX_FACET_VALUES_PER_RUN:
+            value = "other"
+        capped[facet] = value
+    return capped
+
+
+def query_key(run_id: str, query_id: str) -> str:
+    """Key of a run's per-query scores (the separator cannot occur in JSON ids unescaped)."""
+    return f"{run_id}\x1f{query_id}"
+
+
+def fold_query(entry: list[float] | None, values: list[float]) -> list[float]:
+    """Per-query state ``[count, sum of each metric...]`` with one more result."""
+    if entry is None:
+        return [1.0, *values]
+    return [
+        entry[0] + 1.0,
+        *(total + value for total, value in zip(entry[1:], values, strict=True)),
+    ]
+
+
+def query_means(entry: list[float]) -> list[float]:
+    count = entry[0]
+    return [total / count for total in entry[1:]]
+
+
+def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dict[str, Any]:
+    """The API's answer for one run: the ``scorer eval --format json`` shape of a run,
+    plus when it was last updated and how many queries the paired comparison tracks."""
+    document = {"runId": run_id, **RunRollup.from_state(state["rollup"]).summary()}
+    document["updatedAt"] = state["updatedAt"]
+    document["pairedQueries"] = {"tracked": state["queries"], "limit": max_queries}
+    return document
