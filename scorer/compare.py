@@ -32,7 +32,7 @@ def welch_interval(a: MetricAggregate, b: MetricAggregate, index: int) -> list[f
     if standard_error == 0.0:
         return [delta, delta]
     df = (share_a + share_b) ** 2 / (share_a**2 / (a.count - 1) + share_b**2 / (b.count - 1))
-    half = t_quantile_975(max(1, math.floor(df))) * standard_error
+    half = t_quantile_975(df) * standard_error
     return [delta - half, delta + half]
 
 

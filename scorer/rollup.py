@@ -13,39 +13,22 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from scorer.metrics import METRIC_NAMES
 
-# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
-_T975 = (
-    12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836,
-    2.446911851, 2.364624252, 2.306004135, 2.262157163, 2.228138852,
-    2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546,
-    2.119905299, 2.109815578, 2.100922040, 2.093024054, 2.085963447,
-    2.079613845, 2.073873068, 2.068657610, 2.063898562, 2.059538553,
-    2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456,
-)  # fmt: skip
-_Z975 = 1.959963984540054
 
+@lru_cache(maxsize=4096)
+def t_quantile_975(df: float) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (may be
+    fractional, as Welch's df is): the half-width factor of a 95% interval."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    # Imported here: scipy.stats costs ~0.5 s at start, and most runs need no interval.
+    from scipy.stats import t as student_t
 
-def t_quantile_975(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom.
-
-    Exact (to 9 digits) up to 30; above, the Cornish-Fisher expansion around the
-    normal quantile, which is within 1e-6 there.
-    """
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = _Z975
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
+    return float(student_t.ppf(0.975, df))
 
 
 @dataclass(slots=True)
