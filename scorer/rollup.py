@@ -25,7 +25,7 @@ def t_quantile_975(df: float) -> float:
     fractional, as Welch's df is): the half-width factor of a 95% interval."""
     if df <= 0:
         raise ValueError(f"degrees of freedom must be > 0, got {df}")
-    # Imported here: scipy.stats costs ~0.5 s at start, and most runs need no interval.
+    # Imported on first use: importing scipy.stats takes about half a second.
     from scipy.stats import t as student_t
 
     return float(student_t.ppf(0.975, df))

@@ -238,14 +238,17 @@ class PrometheusServer:
             return 0
 
     def api(self, path: str, **params: str) -> Any:
-        """The ``data`` of a successful ``/api/v1`` answer; raises ``QueryError`` otherwise."""
-        body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(self.url + "/api/v1/" + path, data=body)
+        """The ``data`` of a successful ``GET /api/v1/<path>``; raises ``QueryError`` otherwise."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(url, timeout=30) as response:
                 answer = json.load(response)
         except urllib.error.HTTPError as error:
-            answer = json.loads(error.read() or b"{}")
+            body = error.read()
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                raise QueryError(f"HTTP {error.code} from {path}: {body[:200]!r}") from None
         if answer.get("status") != "success":
             raise QueryError(f"{answer.get('errorType')}: {answer.get('error')}")
         return answer["data"]
@@ -278,9 +281,7 @@ class PrometheusServer:
         return data["result"]
 
     def label_values(self, label: str, selector: str) -> list[str]:
-        query = urllib.parse.urlencode({"match[]": selector})
-        with urllib.request.urlopen(f"{self.url}/api/v1/label/{label}/values?{query}") as answer:
-            return json.load(answer)["data"]
+        return self.api(f"label/{label}/values", **{"match[]": selector})
 
     def wait_until(self, promql: str, expected: float, timeout: float = 60.0) -> None:
         """Wait until ``promql`` (one sample) equals ``expected`` in Prometheus."""
