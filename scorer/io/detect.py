@@ -1,0 +1,90 @@
+"""What kind of offline file a path holds, decided from its content.
+
+The first non-blank line decides: a line starting with ``{`` means JSONL (a
+golden set if the object has ``qrels``, results if it has ``ranked``);
+otherwise whitespace columns, 4 for TREC qrels (``qid iter docid grade``) and 6
+for a TREC run (``qid Q0 docid rank score tag``). File names and extensions
+are not consulted: users name these files every which way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from scorer.io.errors import InputError
+
+
+class FileKind(StrEnum):
+    """The four offline file formats."""
+
+    TREC_QRELS = "TREC qrels"
+    GOLDEN_JSONL = "JSONL golden set"
+    TREC_RUN = "TREC run"
+    RESULTS_JSONL = "JSONL results"
+
+    @property
+    def is_judgments(self) -> bool:
+        """True for the formats that hold qrels."""
+        return self in (FileKind.TREC_QRELS, FileKind.GOLDEN_JSONL)
+
+
+QRELS_COLUMNS = 4
+RUN_COLUMNS = 6
+
+
+def open_text(path: Path) -> TextIO:
+    """``path`` opened for reading as UTF-8 text, or :class:`InputError` saying why not."""
+    try:
+        return path.open(encoding="utf-8")
+    except OSError as error:
+        raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
+
+
+def detect_kind(path: Path) -> FileKind:
+    """The format of ``path``, from its first non-blank line.
+
+    Raises :class:`InputError` when the file cannot be read, is empty (or blank),
+    or its first line fits none of the formats.
+    """
+    with open_text(path) as lines:
+        try:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    return _kind_of_line(path, number, line)
+        except UnicodeDecodeError:
+            raise InputError(path, "is not UTF-8 text") from None
+    raise InputError(path, "file is empty (no non-blank line)")
+
+
+def _kind_of_line(path: Path, number: int, line: str) -> FileKind:
+    if line.lstrip().startswith("{"):
+        try:
+            first = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise InputError(path, f"invalid JSON: {error}", number) from None
+        if isinstance(first, dict):
+            if "ranked" in first:
+                return FileKind.RESULTS_JSONL
+            if "qrels" in first:
+                return FileKind.GOLDEN_JSONL
+        raise InputError(
+            path,
+            "JSON object is neither a golden query (no 'qrels') nor a retrieval result "
+            "(no 'ranked')",
+            number,
+        )
+    columns = len(line.split())
+    if columns == QRELS_COLUMNS:
+        return FileKind.TREC_QRELS
+    if columns == RUN_COLUMNS:
+        return FileKind.TREC_RUN
+    raise InputError(
+        path,
+        f"expected 4 columns (TREC qrels: qid iter docid grade) or 6 (TREC run: "
+        f"qid Q0 docid rank score tag) or a JSON object, got {columns} columns",
+        number,
+    )

@@ -1,0 +1,132 @@
+"""Readers of relevance judgments: TREC qrels and the JSONL golden set.
+
+Both give ``{queryId: JudgedQuery}``. TREC qrels take any integer grade (the
+metric conventions say what a grade earns); golden-set lines are validated
+with the wire model :class:`schemas.GoldenQuery`, so they carry its bounds
+(grades 0..3, id lengths, facet counts) exactly as the streaming path does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from schemas import GoldenQuery
+from scorer.io.detect import FileKind, detect_kind, open_text
+from scorer.io.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedQuery:
+    """The judgments of one query: ``qrels`` (id -> integer grade) and its facets."""
+
+    qrels: dict[str, int]
+    facets: dict[str, str] = field(default_factory=dict)
+
+
+Golden = dict[str, JudgedQuery]
+"""Judged queries by query id."""
+
+
+def read_golden(path: Path) -> Golden:
+    """The judged queries of a TREC qrels file or a JSONL golden set (detected).
+
+    Raises :class:`InputError` (``file:line: what is wrong``) for an unreadable,
+    empty or malformed file, or one that holds rankings rather than qrels.
+    """
+    kind = detect_kind(path)
+    if kind is FileKind.TREC_QRELS:
+        return read_trec_qrels(path)
+    if kind is FileKind.GOLDEN_JSONL:
+        return read_golden_jsonl(path)
+    raise InputError(
+        path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)"
+    )
+
+
+def read_trec_qrels(path: Path) -> Golden:
+    """Judgments from TREC qrels lines ``qid iter docid grade``; ``iter`` is ignored.
+
+    Blank lines are skipped. A docid judged twice for the same query is an error:
+    which grade would count is anyone's guess.
+    """
+    golden: Golden = {}
+    qid = None
+    qrels: dict[str, int] = {}
+    with open_text(path) as lines:
+        number = 0
+        try:
+            for number, line in enumerate(lines, 1):
+                columns = line.split()
+                if len(columns) != 4:
+                    if not columns:
+                        continue
+                    raise InputError(
+                        path,
+                        f"expected 4 columns (qid iter docid grade), got {len(columns)}",
+                        number,
+                    )
+                query, _, doc, grade = columns
+                if query != qid:
+                    judged = golden.get(query)
+                    if judged is None:
+                        judged = golden[query] = JudgedQuery(qrels={})
+                    qid, qrels = query, judged.qrels
+                if doc in qrels:
+                    raise InputError(path, f"{doc} is judged twice for query {query}", number)
+                qrels[doc] = int(grade)
+        except UnicodeDecodeError:
+            raise InputError(path, "is not UTF-8 text", number + 1) from None
+        except ValueError:
+            raise InputError(path, f"grade {columns[3]!r} is not an integer", number) from None
+    if not golden:
+        raise InputError(path, "file is empty (no judgments)")
+    return golden
+
+
+def read_golden_jsonl(path: Path) -> Golden:
+    """Judgments from a JSONL golden set: one :class:`schemas.GoldenQuery` per line.
+
+    Blank lines are skipped; a query id that appears on two lines is an error.
+    """
+    golden: Golden = {}
+    first_line: dict[str, int] = {}
+    with open_text(path) as lines:
+        number = 0
+        try:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    query = GoldenQuery.model_validate_json(line)
+                except ValidationError as error:
+                    raise InputError(path, describe_validation_error(error), number) from None
+                if query.query_id in golden:
+                    raise InputError(
+                        path,
+                        f"query {query.query_id} appears again (first on line "
+                        f"{first_line[query.query_id]})",
+                        number,
+                    )
+                first_line[query.query_id] = number
+                golden[query.query_id] = JudgedQuery(
+                    qrels=dict(query.qrels), facets=dict(query.facets or {})
+                )
+        except UnicodeDecodeError:
+            raise InputError(path, "is not UTF-8 text", number + 1) from None
+    if not golden:
+        raise InputError(path, "file is empty (no golden queries)")
+    return golden
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """The first problem pydantic found, as ``field: message`` (plus how many more)."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"])
+    text = f"{where}: {first['msg']}" if where else first["msg"]
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more)"
+    return text

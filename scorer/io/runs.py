@@ -1,0 +1,210 @@
+"""Readers of rankings: TREC run files and JSONL retrieval results.
+
+Both give a stream of :class:`Retrieval` (one ranked list each), so a run file
+of any size is scored while it is read and never held in memory whole.
+
+A TREC run (``qid Q0 docid rank score tag``) is ordered as trec_eval orders
+it: by score descending, ties by docid descending; the rank column is
+ignored; the tag is the run id, and a file with several tags holds several
+runs. JSONL results are validated line by line with the wire model
+:class:`schemas.RetrievalResult`, so they carry the same bounds as on Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from operator import gt
+from pathlib import Path
+from typing import TextIO
+
+from pydantic import ValidationError
+
+from schemas import RetrievalResult
+from scorer.io.detect import FileKind, detect_kind, open_text
+from scorer.io.errors import InputError
+from scorer.io.qrels import describe_validation_error
+
+Progress = Callable[[int], None]
+"""Told how many bytes of the file have been read so far, once per chunk."""
+
+_CHUNK_CHARS = 1 << 22
+"""Lines are read in chunks of about this many characters: progress is reported
+per chunk, and the hot loop stays a plain ``for`` over a list."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """One ranked list of a run: ``ranked`` ids, best first, for ``query_id``.
+
+    ``result_id``, ``k`` and ``facets`` come from JSONL results only; ``k`` and
+    ``facets`` override the evaluation's default cutoff and the golden set's facets.
+    """
+
+    run_id: str
+    query_id: str
+    ranked: list[str]
+    result_id: str | None = None
+    k: int | None = None
+    facets: dict[str, str] | None = None
+
+
+class InterleavedRun(Exception):
+    """A TREC run whose lines for one (tag, qid) are not contiguous.
+
+    :func:`iter_retrievals` streams a run block by block and cannot merge a
+    query's lines once its block has been yielded; callers start again with
+    ``merge_blocks=True``, which holds the run in memory and merges them.
+    """
+
+
+def file_size(path: Path) -> int:
+    """Size of ``path`` in bytes (0 when it cannot be read: the reader says why)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def iter_retrievals(
+    path: Path, progress: Progress | None = None, *, merge_blocks: bool = False
+) -> Iterator[Retrieval]:
+    """The rankings of a TREC run or JSONL results file (detected from its content).
+
+    Raises :class:`InputError` (``file:line: what is wrong``) for an unreadable,
+    empty or malformed file, or one that holds qrels rather than rankings, and
+    :class:`InterleavedRun` for a TREC run whose queries are not contiguous
+    unless ``merge_blocks``.
+    """
+    kind = detect_kind(path)
+    if kind is FileKind.TREC_RUN:
+        blocks = _trec_run_blocks(path, progress)
+        if merge_blocks:
+            return _merged_trec_run(blocks)
+        return _streamed_trec_run(blocks)
+    if kind is FileKind.RESULTS_JSONL:
+        return iter_results_jsonl(path, progress)
+    raise InputError(path, f"is a {kind}, expected rankings (a TREC run or JSONL results)")
+
+
+def trec_order(docs: list[str], scores: list[float]) -> list[str]:
+    """``docs`` in trec_eval's order: score descending, ties by docid descending."""
+    if all(map(gt, scores, islice(scores, 1, None))):
+        # Files are usually written best first with distinct scores: no sort needed.
+        return docs
+    return [doc for _, doc in sorted(zip(scores, docs, strict=True), reverse=True)]
+
+
+_Block = tuple[str, str, list[str], list[float]]
+"""(tag, qid, docids, scores) of consecutive lines with the same tag and qid."""
+
+
+def _streamed_trec_run(blocks: Iterator[_Block]) -> Iterator[Retrieval]:
+    finished: set[tuple[str, str]] = set()
+    for run_id, query_id, docs, scores in blocks:
+        key = (run_id, query_id)
+        if key in finished:
+            raise InterleavedRun(f"run {run_id}, query {query_id}: lines are not contiguous")
+        finished.add(key)
+        yield Retrieval(run_id, query_id, trec_order(docs, scores))
+
+
+def _merged_trec_run(blocks: Iterator[_Block]) -> Iterator[Retrieval]:
+    merged: dict[tuple[str, str], tuple[list[str], list[float]]] = {}
+    for run_id, query_id, docs, scores in blocks:
+        held = merged.get((run_id, query_id))
+        if held is None:
+            merged[(run_id, query_id)] = (docs, scores)
+        else:
+            held[0].extend(docs)
+            held[1].extend(scores)
+    for (run_id, query_id), (docs, scores) in merged.items():
+        yield Retrieval(run_id, query_id, trec_order(docs, scores))
+
+
+def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tuple[int, list[str]]]:
+    """``(number of the first line, lines)`` chunk by chunk."""
+    first = 1
+    while True:
+        try:
+            lines = text.readlines(_CHUNK_CHARS)
+        except UnicodeDecodeError:
+            raise InputError(path, f"is not UTF-8 text (after line {first - 1})") from None
+        if not lines:
+            return
+        yield first, lines
+        first += len(lines)
+        if progress is not None:
+            progress(text.buffer.tell())
+
+
+def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[_Block]:
+    run_id = query_id = ""
+    docs: list[str] = []
+    scores: list[float] = []
+    with open_text(path) as text:
+        for first, lines in _chunks(path, text, progress):
+            score = ""
+            try:
+                for line in lines:
+                    columns = line.split()
+                    if len(columns) != 6:
+                        if not columns:
+                            continue
+                        raise InputError(
+                            path,
+                            "expected 6 columns (qid Q0 docid rank score tag), "
+                            f"got {len(columns)}",
+                            # An identical earlier line would have failed already.
+                            first + lines.index(line),
+                        )
+                    query, _, doc, _, score, tag = columns
+                    if query != query_id or tag != run_id:
+                        if docs:
+                            yield run_id, query_id, docs, scores
+                        query_id, run_id, docs, scores = query, tag, [], []
+                    docs.append(doc)
+                    scores.append(float(score))
+            except ValueError:
+                raise InputError(
+                    path, f"score {score!r} is not a number", first + lines.index(line)
+                ) from None
+    if docs:
+        yield run_id, query_id, docs, scores
+
+
+def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator[Retrieval]:
+    """Rankings from JSONL results: one :class:`schemas.RetrievalResult` per line.
+
+    Blank lines are skipped; an empty ``ranked`` list is a valid total miss; a
+    ``resultId`` seen on an earlier line is an error (the stream would drop it
+    as a duplicate, so counting it here would disagree).
+    """
+    first_line: dict[str, int] = {}
+    with open_text(path) as text:
+        for first, lines in _chunks(path, text, progress):
+            for offset, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                number = first + offset
+                try:
+                    result = RetrievalResult.model_validate_json(line)
+                except ValidationError as error:
+                    raise InputError(path, describe_validation_error(error), number) from None
+                earlier = first_line.setdefault(result.result_id, number)
+                if earlier != number:
+                    raise InputError(
+                        path,
+                        f"resultId {result.result_id} appears again (first on line {earlier})",
+                        number,
+                    )
+                yield Retrieval(
+                    run_id=result.run_id,
+                    query_id=result.query_id,
+                    ranked=result.ranked,
+                    result_id=result.result_id,
+                    k=result.k,
+                    facets=result.facets,
+                )
