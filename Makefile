@@ -50,3 +50,18 @@ prometheus-check: prometheus-install
 	promtool check config deploy/prometheus/prometheus.yml
 	promtool check config deploy/prometheus/prometheus.local.yml
 	promtool check rules deploy/prometheus/rules/*.yml
+
+# A local Kafka broker (KRaft, Apache Kafka from Maven Central jars; needs Java 17+
+# and Maven) in .scorer/kafka; see docs/kafka.md. `scorer` then finds it by itself.
+.PHONY: kafka-up kafka-down kafka-status topics
+kafka-up: $(STAMP)
+	$(BIN)/scorer kafka up
+
+kafka-down: $(STAMP)
+	$(BIN)/scorer kafka down
+
+kafka-status: $(STAMP)
+	$(BIN)/scorer kafka status
+
+topics: $(STAMP)
+	$(BIN)/scorer topics create
