@@ -121,14 +121,14 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     scratch = lib.parent / f"lib.partial-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     command = [
-        mvn, "-q", "-B", "-f", str(pom),
+        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
         f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
         "-DincludeScope=runtime", f"-Dkafka.version={version}", f"-DoutputDirectory={scratch}",
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
-        reason = _last_line(done.stdout + done.stderr) or f"exit code {done.returncode}"
+        reason = _maven_error(done.stdout + done.stderr) or f"exit code {done.returncode}"
         raise LauncherError(
             f"mvn could not fetch Kafka {version} jars from Maven Central ({reason}); "
             "check network access and ~/.m2/settings.xml, then retry"
@@ -181,6 +181,11 @@ def start_broker(
     """
     running = broker_status(state_dir)
     if running is not None:
+        if not running.bootstrap:
+            raise LauncherError(
+                f"a broker (pid {running.pid}) is still starting for {state_dir}: "
+                "wait for it, or run `scorer kafka down`"
+            )
         if sasl and running.sasl is None:
             raise LauncherError(
                 f"a broker without SASL already runs at {running.bootstrap} (pid {running.pid}); "
@@ -444,6 +449,15 @@ def _forget(home: Path) -> None:
     """Remove the files that say a broker runs here."""
     for name in ("broker.pid", "broker.json", BOOTSTRAP_FILE.name):
         (home / name).unlink(missing_ok=True)
+
+
+def _maven_error(output: str) -> str:
+    """Maven's first ``[ERROR]`` line, which names the failure (the rest is advice)."""
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines():
+        text = line.removeprefix("[ERROR]").strip()
+        if line.startswith("[ERROR]") and text:
+            return text
+    return _last_line(output)
 
 
 def _last_line(output: str) -> str:
