@@ -146,6 +146,16 @@ def label_values_call(promql: str) -> tuple[str, str] | None:
     return selector.strip(), label.strip()
 
 
+def write_targets(workdir: Path, targets: list[str]) -> None:
+    """Set the file-discovered targets of a config made by ``install_config``
+    (Prometheus notices the change within a second; an empty list scrapes nothing)."""
+    groups = [{"targets": targets}] if targets else []
+    path = workdir / "targets" / "test.json"
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(groups))
+    staging.replace(path)
+
+
 def install_config(workdir: Path, targets: list[str], interval: str = "1s") -> Path:
     """Write a runnable copy of ``prometheus.local.yml`` and the rules into ``workdir``.
 
@@ -164,7 +174,7 @@ def install_config(workdir: Path, targets: list[str], interval: str = "1s") -> P
             group.pop("interval", None)
         (rules / path.name).write_text(yaml.safe_dump(groups, sort_keys=False))
     (workdir / "targets").mkdir()
-    (workdir / "targets" / "test.json").write_text(json.dumps([{"targets": targets}]))
+    write_targets(workdir, targets)
     (job,) = config["scrape_configs"]
     assert job["job_name"] == JOB, f"prometheus.local.yml scrapes {job['job_name']}, not {JOB}"
     config_path = workdir / "prometheus.yml"
