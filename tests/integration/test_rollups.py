@@ -1,0 +1,214 @@
+"""Run rollups and the run API with two real workers sharing the partitions."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from scipy import stats
+
+from scorer.demo import DemoTraffic
+from scorer.kafka.topics import ensure_topics
+from scorer.metrics import METRIC_NAMES, retrieval_metrics
+from scorer.rollup import RunRollup
+from scorer.settings import Settings
+from tests.integration.test_worker import wait_for, write_jsonl
+from tests.integration.worker_support import SCORER, Worker, worker_env
+from tests.support.kafka import settings_for
+
+pytestmark = pytest.mark.integration
+
+RUNS = ("bm25-v1", "hybrid-v2", "hybrid-v2-rerank")
+
+
+@pytest.fixture(scope="module")
+def settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return settings_for(kafka_bootstrap, tmp_path_factory.mktemp("rollups"), partitions=4)
+
+
+@pytest.fixture(scope="module")
+def workers(settings: Settings) -> Iterator[list[Worker]]:
+    ensure_topics(settings)
+    pair = [Worker(settings, settings.state_dir).start() for _ in range(2)]
+    for worker in pair:
+        worker.wait_ready(90)
+    yield pair
+    for worker in pair:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def traffic(settings, workers, tmp_path_factory):
+    """The golden set and 900 results over three runs, replayed once for the module.
+    ``results`` is the list of everything sent: tests that send more extend it."""
+    demo = DemoTraffic.generate(queries=120, unjudged_share=0.0, seed=5)
+    results = list(demo.results(limit=900))
+    folder = tmp_path_factory.mktemp("files")
+    golden_file = write_jsonl(folder / "golden.jsonl", demo.golden)
+    results_file = write_jsonl(folder / "results.jsonl", results)
+    replay(settings, "--golden", golden_file, "--results", results_file)
+    expected = {run: sum(1 for r in results if r.run_id == run) for run in RUNS}
+    for run, count in expected.items():
+        wait_for(lambda run=run, count=count: run_count(workers[0], run) == count, 90, run)
+    return demo, results, golden_file, results_file
+
+
+def replay(settings: Settings, *args) -> None:
+    done = subprocess.run(
+        [SCORER, "replay", *map(str, args)],
+        env=worker_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def run_count(worker: Worker, run_id: str) -> int:
+    status, body = worker.get(f"/api/v1/evals/runs/{run_id}/metrics")
+    return orjson.loads(body)["count"] if status == 200 else -1
+
+
+def api(worker: Worker, path: str) -> tuple[int, dict]:
+    status, body = worker.get(path)
+    return status, orjson.loads(body)
+
+
+def expected_rollups(demo: DemoTraffic, results) -> dict[str, RunRollup]:
+    """Rollups computed in the test from the files, without the worker."""
+    golden = {g.query_id: g for g in demo.golden}
+    rollups = {run: RunRollup() for run in RUNS}
+    for result in results:
+        query = golden[result.query_id]
+        values = retrieval_metrics(result.ranked, query.qrels, 10)
+        rollups[result.run_id].add(values, {**(query.facets or {}), **(result.facets or {})})
+    return rollups
+
+
+def assert_close(got, expected, path="") -> None:
+    """Deep equality with floats within 1e-12."""
+    if isinstance(expected, dict):
+        assert set(got) == set(expected), path
+        for key in expected:
+            assert_close(got[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), path
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            assert_close(g, e, f"{path}[{i}]")
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, abs=1e-12), path
+    else:
+        assert got == expected, path
+
+
+def test_both_workers_return_the_same_rollup_equal_to_the_files(workers, traffic):
+    demo, results, _, _ = traffic
+    # The three runs hash to three of the four partitions, so each worker owns at
+    # least one run, and every answer below for the other's run was forwarded.
+    owners = {orjson.loads(workers[0].get(f"/router/rollups/{run}/")[1]) for run in RUNS}
+    assert owners == {worker.url for worker in workers}
+    for run, rollup in expected_rollups(demo, results).items():
+        answers = [api(worker, f"/api/v1/evals/runs/{run}/metrics") for worker in workers]
+        assert answers[0] == answers[1]
+        status, document = answers[0]
+        assert status == 200
+        expected = rollup.summary()
+        assert_close({key: document[key] for key in expected}, expected)
+        assert document["runId"] == run
+        assert document["updatedAt"]
+
+
+def test_rollups_survive_a_restart_without_double_counting(settings, workers, traffic):
+    demo, results, _, _ = traffic
+    before = {run: api(workers[1], f"/api/v1/evals/runs/{run}/metrics")[1] for run in RUNS}
+    workers[0].stop()
+    workers[0].start()
+    for worker in workers:
+        worker.wait_ready(90)
+    time.sleep(3)
+    for run in RUNS:
+        status, document = api(workers[0], f"/api/v1/evals/runs/{run}/metrics")
+        assert status == 200
+        assert document["count"] == before[run]["count"]
+        assert_close(document["metrics"], before[run]["metrics"])
+
+    extra = list(DemoTraffic(demo.golden, 0.0, seed=99).results(limit=30))
+    extra = [r.model_copy(update={"result_id": f"extra-{r.result_id}"}) for r in extra]
+    extra_file = write_jsonl(settings.state_dir / "extra.jsonl", extra)
+    replay(settings, "--results", extra_file)
+    results.extend(extra)
+    for run in RUNS:
+        added = sum(1 for r in extra if r.run_id == run)
+        want = before[run]["count"] + added
+        wait_for(lambda run=run, want=want: run_count(workers[1], run) == want, 60, run)
+    time.sleep(2)
+    expected = expected_rollups(demo, results)
+    for run in RUNS:
+        document = api(workers[1], f"/api/v1/evals/runs/{run}/metrics")[1]
+        assert_close(document["metrics"], expected[run].summary()["metrics"])
+
+
+def test_errors_answer_as_specified(workers):
+    status, body = api(workers[0], "/api/v1/evals/runs/no-such-run/metrics")
+    assert (status, body["status"]) == (404, 404)
+    assert "no-such-run" in body["error"]
+    status, body = api(workers[1], "/api/v1/evals/runs/" + "x" * 300 + "/metrics")
+    assert status == 400
+    assert "1 to 256" in body["error"]
+    status, _ = api(workers[0], "/api/v1/evals/runs/no-such-run/compare/bm25-v1")
+    assert status == 404
+    assert workers[0].get("/api/v1/openapi.json")[0] == 200
+
+
+def test_the_api_is_read_only(workers):
+    import urllib.request
+
+    request = urllib.request.Request(
+        workers[0].url + "/api/v1/evals/runs/bm25-v1/metrics", data=b"{}", method="POST"
+    )
+    try:
+        urllib.request.urlopen(request, timeout=5)
+        status = 200
+    except urllib.error.HTTPError as error:
+        status = error.code
+    assert status == 405
+
+
+def test_compare_matches_an_independent_computation(workers, traffic):
+    demo, results, _, _ = traffic
+    a, b = "bm25-v1", "hybrid-v2-rerank"
+    status, body = api(workers[1], f"/api/v1/evals/runs/{a}/compare/{b}")
+    assert status == 200
+    golden = {g.query_id: g.qrels for g in demo.golden}
+    values = {run: [] for run in (a, b)}
+    per_query = {run: {} for run in (a, b)}
+    for result in results:
+        if result.run_id in values:
+            scores = list(retrieval_metrics(result.ranked, golden[result.query_id], 10))
+            values[result.run_id].append(scores)
+            per_query[result.run_id].setdefault(result.query_id, []).append(scores)
+    shared = sorted(per_query[a].keys() & per_query[b].keys())
+    assert body["paired"]["queries"] == len(shared) > 10
+    for index, name in enumerate(METRIC_NAMES):
+        xs = [row[index] for row in values[a]]
+        ys = [row[index] for row in values[b]]
+        welch = stats.ttest_ind(ys, xs, equal_var=False).confidence_interval(0.95)
+        got = body["metrics"][name]
+        assert got["delta"] == pytest.approx(sum(ys) / len(ys) - sum(xs) / len(xs), abs=1e-12)
+        assert got["ci95"] == pytest.approx([welch.low, welch.high], abs=1e-9)
+
+        def mean_of(run, query, index=index):
+            rows = per_query[run][query]
+            return sum(row[index] for row in rows) / len(rows)
+
+        diffs = [mean_of(b, q) - mean_of(a, q) for q in shared]
+        paired = stats.ttest_rel([mean_of(b, q) for q in shared], [mean_of(a, q) for q in shared])
+        interval = paired.confidence_interval(0.95)
+        got = body["paired"]["metrics"][name]
+        assert got["delta"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-12)
+        assert got["ci95"] == pytest.approx([interval.low, interval.high], abs=1e-9)
+        assert got["wins"] == sum(1 for d in diffs if d > 0)
+        assert got["losses"] == sum(1 for d in diffs if d < 0)
