@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
@@ -103,8 +104,6 @@ def test_rules_follow_the_naming_convention_and_alerts_are_documented() -> None:
         if expression.kind == "record":
             level, metric, operations = name.split(":")
             assert level and metric.startswith(("scorer_", "retrieval_scorer_")) and operations
-    import yaml
-
     for path in RULES_DIR.glob("*.yml"):
         for group in yaml.safe_load(path.read_text())["groups"]:
             for rule in group["rules"]:
