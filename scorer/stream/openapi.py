@@ -1,9 +1,11 @@
 """The OpenAPI document of the worker's HTTP API (served at /api/v1/openapi.json;
-``docs/openapi.json`` is written from it by ``scorer schemas export`` and kept
+``docs/openapi.json`` is written from it by ``python -m scorer.stream.openapi`` and kept
 in sync by a test)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 from scorer import __version__
@@ -220,3 +222,13 @@ OPENAPI: dict[str, Any] = {
         },
     },
 }
+
+
+def openapi_text() -> str:
+    """The document as committed in ``docs/openapi.json`` (pretty, trailing newline)."""
+    return json.dumps(OPENAPI, indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    # python -m scorer.stream.openapi > docs/openapi.json
+    sys.stdout.write(openapi_text())
