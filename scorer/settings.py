@@ -11,7 +11,14 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_STATE_DIR = Path(".scorer")
@@ -133,3 +140,21 @@ class Settings(BaseSettings):
                 keyfile=self.kafka_ssl_keyfile,
             )
         return options
+
+
+class ConfigError(ValueError):
+    """The environment holds a setting the scorer cannot run with (one line)."""
+
+
+def load_settings() -> Settings:
+    """Settings from the environment, or :class:`ConfigError` naming the bad variable."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = first["loc"]
+        where = "SCORER_" + "_".join(str(p) for p in location).upper() if location else "settings"
+        if location == ("KAFKA_BOOTSTRAP_SERVERS",):
+            where = "KAFKA_BOOTSTRAP_SERVERS"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"bad configuration {where}: {message}") from None

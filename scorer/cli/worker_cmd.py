@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
-from pydantic import ValidationError
 
-if TYPE_CHECKING:
-    from scorer.settings import Settings
+from scorer.settings import ConfigError, Settings
+from scorer.settings import load_settings as settings_from_env
 
 
 def load_settings() -> Settings:
-    """Settings from the environment, or a one-line error naming the bad variable."""
-    from scorer.settings import Settings
-
+    """Settings from the environment, or a one-line CLI error naming the bad variable."""
     try:
-        return Settings()
-    except ValidationError as error:
-        first = error.errors()[0]
-        name = "SCORER_" + "_".join(str(p) for p in first["loc"]).upper()
-        raise click.ClickException(f"bad configuration {name}: {first['msg']}") from None
+        return settings_from_env()
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
 
 
 @click.command("worker")

@@ -1,0 +1,66 @@
+"""Configuration: defaults, the local broker's address, and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from scorer.cli import main
+from scorer.settings import ConfigError, Settings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "SCORER_KAFKA_BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SCORER_STATE_DIR", str(tmp_path))
+
+
+def test_defaults_name_the_documented_topics():
+    settings = Settings()
+    assert settings.results_topic == "retrieval.results"
+    assert settings.qrels_topic == "retrieval.qrels"
+    assert (settings.scored_topic, settings.deadletter_topic) == (
+        "retrieval.scored",
+        "retrieval.deadletter",
+    )
+    assert settings.default_retrieval_k == 10
+    assert settings.store == "memory://"
+
+
+def test_the_local_broker_address_is_used_when_no_broker_is_configured(tmp_path, monkeypatch):
+    assert Settings().bootstrap_servers == "localhost:9092"
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "bootstrap").write_text("127.0.0.1:40001\n")
+    assert Settings().bootstrap_servers == "127.0.0.1:40001"
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker:9092")
+    assert Settings().bootstrap_servers == "broker:9092"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("SCORER_PARTITIONS", "0", "bad configuration SCORER_PARTITIONS: Input should be greater"),
+        ("SCORER_STORE", "redis://", "bad configuration SCORER_STORE: store must be memory://"),
+        ("SCORER_WEB_PORT", "http", "bad configuration SCORER_WEB_PORT: Input should be a valid"),
+        ("SCORER_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", "SASL_SSL needs SCORER_KAFKA_SASL_USERNAME"),
+    ],
+)
+def test_bad_configuration_fails_at_start_with_one_line(monkeypatch, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert message in str(caught.value)
+    result = CliRunner().invoke(main, ["worker"])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_sasl_password_never_shows_in_repr(monkeypatch):
+    monkeypatch.setenv("SCORER_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("SCORER_KAFKA_SASL_USERNAME", "scorer")
+    monkeypatch.setenv("SCORER_KAFKA_SASL_PASSWORD", "hunter2-secret")
+    settings = load_settings()
+    assert "hunter2-secret" not in repr(settings)
+    assert settings.aiokafka_options()["sasl_plain_password"] == "hunter2-secret"
