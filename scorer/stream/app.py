@@ -84,13 +84,17 @@ def create_app(settings: Settings) -> Scorer:
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         processing_guarantee=settings.processing_guarantee,
+        broker_session_timeout=settings.broker_session_timeout,
+        # Heartbeats well inside the session, as Kafka recommends (a third of it at most).
+        broker_heartbeat_interval=min(3.0, settings.broker_session_timeout / 3),
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         topic_allow_declare=True,
         autodiscover=False,
     )
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
-    setup_prometheus_sensors(app, registry=telemetry.registry)
+    # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
+    setup_prometheus_sensors(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
 
     results_topic = app.topic(settings.results_topic, **RAW)
     qrels_topic = app.topic(settings.qrels_topic, **RAW)
@@ -115,9 +119,42 @@ def create_app(settings: Settings) -> Scorer:
     parked_count = 0
     expiring: set[str] = set()
 
+    async def send_output(
+        topic: Any,
+        source: runs.SourcePosition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Send a record that the input event at ``source`` produced.
+
+        Under exactly_once the record joins the transaction of the input's
+        partition, so it commits (or aborts) with the input's offset. Faust's own
+        ``topic.send`` picks the transaction of the destination partition instead:
+        records for topics the worker does not consume (scored, dead letters) then
+        go out outside any transaction, and rollup records (keyed by run id) in
+        another partition's transaction, which fails when another worker owns it.
+        """
+        if not app.in_transaction:
+            await topic.send(key=key, value=value, headers=headers)
+            return
+        group = app.assignor.group_for_topic(source.topic)
+        transactional_id = f"{app.conf.id}-{group}-{source.partition}"
+        await app.producer.send(
+            topic.get_topic_name(),
+            key,
+            value,
+            None,  # partition: the destination topic's partitioner decides
+            None,  # timestamp: now
+            headers,
+            transactional_id=transactional_id,
+        )
+
     async def dead_letter(event: Any, error: core.RejectedEvent, input_name: str) -> None:
         message = event.message
-        await deadletter_topic.send(
+        await send_output(
+            deadletter_topic,
+            position_of(message),
             key=message.key,
             value=message.value,
             headers=core.deadletter_headers(
@@ -134,8 +171,12 @@ def create_app(settings: Settings) -> Scorer:
         result: Any, entry: dict[str, Any], started: float, position: runs.SourcePosition
     ) -> None:
         scored = core.score_result(result, entry, settings.default_retrieval_k)
-        await scored_topic.send(key=result.query_id.encode(), value=scored.payload)
-        await rollup_topic.send(
+        await send_output(
+            scored_topic, position, key=result.query_id.encode(), value=scored.payload
+        )
+        await send_output(
+            rollup_topic,
+            position,
             key=result.run_id.encode(),
             value=scored.payload,
             headers=[(runs.SOURCE_HEADER, position.encode())],
