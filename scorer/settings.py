@@ -67,6 +67,15 @@ class Settings(BaseSettings):
     default_retrieval_k: int = Field(10, ge=1, le=1000)
     store: str = "memory://"
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    broker_session_timeout: float = Field(
+        60.0,
+        ge=6.0,
+        le=300.0,
+        description=(
+            "Seconds without a heartbeat before the broker declares a worker dead and hands "
+            "its partitions to the others (the broker's group.min.session.timeout.ms is 6 s)."
+        ),
+    )
     web_host: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
     web_advertised_host: str | None = Field(
