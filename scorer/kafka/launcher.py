@@ -178,6 +178,7 @@ def start_broker(
     when it has what was asked for (SASL), else it is an error. The log
     directory is formatted anew, so a start never sees old topics. On any
     failure the JVM is stopped again and the error carries the log's tail.
+    ``version`` must be a 4.x release: the POM and log config are log4j2's.
     """
     running = broker_status(state_dir)
     if running is not None:
