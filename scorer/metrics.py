@@ -29,7 +29,7 @@ division, as trec_eval does) so that the numbers agree to the last bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -41,6 +41,10 @@ METRIC_NAMES: tuple[str, ...] = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr",
 
 # log2(rank + 1) for the ranks nDCG@10 can see; index 0 is rank 1.
 _LOG2_RANK = tuple(math.log2(rank + 1) for rank in range(1, NDCG_CUTOFF + 1))
+
+# 2**g - 1 of the grades qrels use in practice, looked up rather than computed
+# in the scoring loop; larger grades go through gain().
+_GAINS = tuple(float(2**grade - 1) for grade in range(32))
 
 
 def gain(grade: int) -> float:
@@ -79,20 +83,26 @@ class Judgments:
     @classmethod
     def from_qrels(cls, qrels: Mapping[str, int]) -> Judgments:
         relevant = {doc: grade for doc, grade in qrels.items() if grade >= 1}
-        return cls(grades=relevant, n_relevant=len(relevant), ideal_dcg=ideal_dcg(qrels))
+        return cls(
+            grades=relevant, n_relevant=len(relevant), ideal_dcg=_ideal_dcg(relevant.values())
+        )
 
 
 def ideal_dcg(qrels: Mapping[str, int]) -> float:
     """IDCG@10: the DCG of the relevant grades sorted descending, cut at 10."""
-    best = sorted((grade for grade in qrels.values() if grade >= 1), reverse=True)
+    return _ideal_dcg([grade for grade in qrels.values() if grade >= 1])
+
+
+def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
     total = 0.0
-    for index, grade in enumerate(best[:NDCG_CUTOFF]):
-        total += gain(grade) / _LOG2_RANK[index]
+    # zip stops at the shorter: the cut at 10 ranks.
+    for grade, log2_rank in zip(sorted(relevant_grades, reverse=True), _LOG2_RANK, strict=False):
+        total += (_GAINS[grade] if grade < len(_GAINS) else gain(grade)) / log2_rank
     return total
 
 
 def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
-    """All five metrics of ``ranked`` in one pass over the list.
+    """All five metrics of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
 
     ``k`` is the cutoff of recall, precision and hit (>= 1); nDCG is cut at 10
     and MRR is not cut. See the module docstring for the conventions.
@@ -100,30 +110,39 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     grades = judgments.grades
-    seen: set[str] = set()
+    gains = _GAINS
+    credited: set[str] = set()
     hits = 0
     dcg = 0.0
     first_relevant_rank = 0
-    for index, doc in enumerate(ranked):
+    # Every metric but MRR lives in the top max(k, 10); only relevant ids cost more
+    # than a dict lookup.
+    top = k if k > NDCG_CUTOFF else NDCG_CUTOFF
+    for index, doc in enumerate(ranked[:top]):
         grade = grades.get(doc)
-        if grade is None or doc in seen:
+        if grade is None or doc in credited:
             continue
-        seen.add(doc)
-        if first_relevant_rank == 0:
+        credited.add(doc)
+        if not first_relevant_rank:
             first_relevant_rank = index + 1
         if index < k:
             hits += 1
         if index < NDCG_CUTOFF:
-            dcg += gain(grade) / _LOG2_RANK[index]
-        elif index >= k:
-            break
+            dcg += (gains[grade] if grade < len(gains) else gain(grade)) / _LOG2_RANK[index]
+    if not first_relevant_rank and len(ranked) > top:
+        # MRR has no cutoff: find the first relevant id below, at C speed.
+        rest = ranked[top:]
+        found = next(filter(grades.__contains__, rest), None)
+        if found is not None:
+            first_relevant_rank = top + rest.index(found) + 1
     n_relevant = judgments.n_relevant
-    return MetricValues(
-        recall_at_k=hits / n_relevant if n_relevant else 0.0,
-        precision_at_k=hits / k,
-        ndcg_at_10=dcg / judgments.ideal_dcg if judgments.ideal_dcg > 0 else 0.0,
-        mrr=1.0 / first_relevant_rank if first_relevant_rank else 0.0,
-        hit_at_k=1 if hits else 0,
+    ideal = judgments.ideal_dcg
+    return MetricValues(  # positional: the order of METRIC_NAMES
+        hits / n_relevant if n_relevant else 0.0,
+        hits / k,
+        dcg / ideal if ideal > 0 else 0.0,
+        1.0 / first_relevant_rank if first_relevant_rank else 0.0,
+        1 if hits else 0,
     )
 
 
