@@ -16,6 +16,22 @@ def load_settings() -> Settings:
         raise click.ClickException(str(error)) from None
 
 
+def check_broker(settings: Settings) -> None:
+    """Fail now, in one line, when the broker cannot be reached or refuses the login:
+    Faust would only log the cause and retry forever."""
+    import asyncio
+
+    from scorer.kafka.probe import BrokerUnavailable, probe_broker
+
+    try:
+        asyncio.run(probe_broker(settings.aiokafka_options(), timeout=15.0))
+    except BrokerUnavailable as error:
+        raise click.ClickException(
+            f"{error} (check KAFKA_BOOTSTRAP_SERVERS, SCORER_KAFKA_SECURITY_PROTOCOL and the "
+            "SCORER_KAFKA_SASL_* credentials)"
+        ) from None
+
+
 @click.command("worker")
 @click.option("--loglevel", default="warning", show_default=True, help="Faust log level.")
 def worker_command(loglevel: str) -> None:
@@ -24,6 +40,8 @@ def worker_command(loglevel: str) -> None:
 
     from scorer.stream.app import create_app
 
-    scorer = create_app(load_settings())
+    settings = load_settings()
+    check_broker(settings)
+    scorer = create_app(settings)
     worker = faust.Worker(scorer.app, loglevel=loglevel)
     worker.execute_from_commandline()

@@ -30,7 +30,7 @@ import subprocess
 import time
 import uuid
 from contextlib import ExitStack, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from string import Template
 
@@ -237,12 +237,49 @@ def start_broker(
         reason = _last_line(formatted.stdout + formatted.stderr)
         raise LauncherError(f"formatting the KRaft log dir {data} failed: {reason}")
 
-    log_file = home / "broker.log"
-    with log_file.open("wb") as log:
+    info = BrokerInfo(
+        bootstrap=f"{HOST}:{plain_port}",
+        controller=f"{HOST}:{controller_port}",
+        pid=0,
+        version=version,
+        log_file=str(home / "broker.log"),
+        sasl=credentials,
+    )
+    return _launch(java, lib, home, info, timeout, append_log=False)
+
+
+def restart_broker(state_dir: Path, *, timeout: float = 90.0) -> BrokerInfo:
+    """Start again, on the same ports and with its data, the broker that
+    ``stop_broker(state_dir, keep_data=True)`` stopped (a broker restart, as in
+    production). Topics, offsets and SCRAM users are kept; the log is appended to.
+    """
+    home = broker_dir(state_dir).resolve()
+    running = broker_status(state_dir)
+    if running is not None:
+        raise LauncherError(f"a broker (pid {running.pid}) already runs for {state_dir}")
+    info = _read_info(home)
+    if info is None or not info.bootstrap or not (home / "data").is_dir():
+        raise LauncherError(
+            f"no stopped broker with its data in {home}: stop it with "
+            "stop_broker(state_dir, keep_data=True) first, or start a fresh one"
+        )
+    return _launch(
+        java_executable(), ensure_jars(info.version), home, info, timeout, append_log=True
+    )
+
+
+def _launch(
+    java: str, lib: Path, home: Path, info: BrokerInfo, timeout: float, *, append_log: bool
+) -> BrokerInfo:
+    """Run the broker JVM on ``home``'s configuration; return ``info`` with its pid once
+    it serves, after recording it (``broker.json``, ``broker.pid``, ``bootstrap``)."""
+    log_file = Path(info.log_file)
+    with log_file.open("ab" if append_log else "wb") as log:
         process = subprocess.Popen(
             [
-                java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
-                f"-Dkafka.logs.dir={home}", "-cp", classpath, "kafka.Kafka", str(properties),
+                java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={home}", "-cp", f"{lib}/*", "kafka.Kafka",
+                str(home / "server.properties"),
             ],
             cwd=home,
             stdin=subprocess.DEVNULL,
@@ -251,14 +288,7 @@ def start_broker(
             start_new_session=True,
         )
     (home / "broker.pid").write_text(f"{process.pid}\n")
-    info = BrokerInfo(
-        bootstrap=f"{HOST}:{plain_port}",
-        controller=f"{HOST}:{controller_port}",
-        pid=process.pid,
-        version=version,
-        log_file=str(log_file),
-        sasl=credentials,
-    )
+    info = replace(info, pid=process.pid)
     try:
         _wait_until_serving(info, process, timeout)
     except BaseException:
@@ -272,17 +302,24 @@ def start_broker(
     return info
 
 
-def stop_broker(state_dir: Path, *, grace: float = 30.0) -> BrokerInfo | None:
+def stop_broker(
+    state_dir: Path, *, grace: float = 30.0, keep_data: bool = False
+) -> BrokerInfo | None:
     """Stop the broker of ``state_dir`` and remove its log dir; return what was stopped.
 
     SIGTERM lets the broker shut down cleanly; after ``grace`` seconds it gets
     SIGKILL. Returns None when no broker was running (its files are still
-    cleaned up). The log file stays for post-mortems.
+    cleaned up). The log file stays for post-mortems. With ``keep_data`` the
+    log dir and ``broker.json`` stay too, for ``restart_broker``.
     """
     home = broker_dir(state_dir)
     info = broker_status(state_dir)
     if info is not None:
         _terminate(info.pid, grace)
+    if keep_data:
+        (home / "broker.pid").unlink(missing_ok=True)
+        (home / BOOTSTRAP_FILE.name).unlink(missing_ok=True)
+        return info
     if home.is_dir():
         _forget(home)
         shutil.rmtree(home / "data", ignore_errors=True)
