@@ -141,38 +141,66 @@ def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tup
 
 
 def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[_Block]:
-    run_id = query_id = ""
-    docs: list[str] = []
-    scores: list[float] = []
+    pending: _Block | None = None  # the last block of a chunk may go on in the next
     with open_text(path) as text:
         for first, lines in _chunks(path, text, progress):
-            score = ""
             try:
-                for line in lines:
-                    columns = line.split()
-                    if len(columns) != 6:
-                        if not columns:
-                            continue
-                        raise InputError(
-                            path,
-                            "expected 6 columns (qid Q0 docid rank score tag), "
-                            f"got {len(columns)}",
-                            # An identical earlier line would have failed already.
-                            first + lines.index(line),
-                        )
-                    query, _, doc, _, score, tag = columns
-                    if query != query_id or tag != run_id:
-                        if docs:
-                            yield run_id, query_id, docs, scores
-                        query_id, run_id, docs, scores = query, tag, [], []
-                    docs.append(doc)
-                    scores.append(float(score))
+                blocks = _blocks_of_lines(lines)
             except ValueError:
-                raise InputError(
-                    path, f"score {score!r} is not a number", first + lines.index(line)
-                ) from None
+                _raise_first_bad_line(path, first, lines)
+                # No bad line: blank lines broke the fast path.
+                blocks = _blocks_of_lines([line for line in lines if not line.isspace()])
+            for block in blocks:
+                if pending is not None:
+                    if block[0] == pending[0] and block[1] == pending[1]:
+                        pending[2].extend(block[2])
+                        pending[3].extend(block[3])
+                        continue
+                    yield pending
+                pending = block
+    if pending is not None:
+        yield pending
+
+
+def _blocks_of_lines(lines: list[str]) -> list[_Block]:
+    """The blocks of well-formed, non-blank run lines; ValueError on any other line.
+
+    The hot loop of the reader: no checks but the unpacking, and the scores are
+    converted per block, at C speed.
+    """
+    pending: list[tuple[str, str, list[str], list[str]]] = []
+    run_id = query_id = ""
+    docs: list[str] = []
+    scores: list[str] = []
+    for line in lines:
+        query, _, doc, _, score, tag = line.split()
+        if query != query_id or tag != run_id:
+            if docs:
+                pending.append((run_id, query_id, docs, scores))
+            query_id, run_id, docs, scores = query, tag, [], []
+        docs.append(doc)
+        scores.append(score)
     if docs:
-        yield run_id, query_id, docs, scores
+        pending.append((run_id, query_id, docs, scores))
+    return [(run, query, docs, list(map(float, scores))) for run, query, docs, scores in pending]
+
+
+def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
+    """Raise :class:`InputError` for the first malformed line (blank lines are fine)."""
+    for number, line in enumerate(lines, first):
+        columns = line.split()
+        if not columns:
+            continue
+        if len(columns) != 6:
+            raise InputError(
+                path,
+                f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}",
+                number,
+            )
+        try:
+            float(columns[4])
+        except ValueError:
+            raise InputError(path, f"score {columns[4]!r} is not a number", number) from None
 
 
 def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator[Retrieval]:
