@@ -32,11 +32,12 @@ from aiokafka.errors import KafkaError
 
 from schemas import GoldenQuery, RetrievalResult
 from scorer.demo import DemoTraffic
+from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from tests.integration.test_worker import wait_for
-from tests.integration.worker_support import Worker
+from tests.integration.worker_support import Worker, free_port
 from tests.support.kafka import settings_for
 
 pytestmark = pytest.mark.integration
@@ -358,3 +359,150 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         )
     finally:
         worker.stop()
+
+
+# ---------------------------------------------------------------- 2. rebalance
+
+
+def rollup_owners(worker: Worker) -> dict[str, list[int]]:
+    """Host URL -> partitions of the rollups table, as this worker's router sees it."""
+    status, body = worker.get("/router/rollups/")
+    if status != 200:
+        return {}
+    return {
+        host: sorted(p for partitions in topics.values() for p in partitions)
+        for host, topics in orjson.loads(body).items()
+    }
+
+
+def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = settings_for(
+        kafka_bootstrap, tmp_path, partitions=4, broker_session_timeout=SESSION_TIMEOUT
+    )
+    ensure_topics(settings)
+    golden, results = golden_and_results("rebalance", queries=100, results=4_000, seed=3)
+    survivor = Worker(settings, tmp_path).start()
+    victim = Worker(settings, tmp_path).start()
+    try:
+        both = {survivor.url, victim.url}
+        wait_for(
+            lambda: set(rollup_owners(survivor)) == both and survivor.get("/readyz")[0] == 200,
+            90,
+            "both workers own partitions",
+        )
+        load_golden(settings, survivor, golden)
+        feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
+        feeder.start()
+        time.sleep(5.0)
+        before = rollup_owners(survivor)
+        assert all(before[url] for url in both), before
+
+        killed = time.monotonic()
+        victim.stop(signal.SIGKILL)
+        wait_for(
+            lambda: rollup_owners(survivor) == {survivor.url: [0, 1, 2, 3]},
+            60,
+            "the survivor owns every partition",
+        )
+        taken_over = time.monotonic() - killed
+        assert feeder.is_alive(), "the takeover happened mid-stream"
+
+        restarted = time.monotonic()
+        victim.start(ready_timeout=120)
+        wait_for(
+            lambda: (
+                all(rollup_owners(survivor).get(url) for url in both)
+                and all(w.get("/readyz")[0] == 200 for w in (survivor, victim))
+            ),
+            90,
+            "partitions shared again",
+        )
+        returned = time.monotonic() - restarted
+        after = rollup_owners(survivor)
+        assert sorted(p for parts in after.values() for p in parts) == [0, 1, 2, 3]
+        feeder.join_checked(120)
+
+        everything = {result.result_id for result in results}
+        records = read_topic(
+            settings, settings.scored_topic, lambda got: everything <= scored_ids(got), 120
+        )
+        tally = ScoredTally.of(records)
+        assert set(tally.copies) == everything
+        tally.assert_copies_agree()
+        # Either worker answers for every run (forwarded to the owner).
+        assert_rollups_count_each_result_once(victim, results, golden)
+        assert_rollups_count_each_result_once(survivor, results, golden, timeout=10)
+        print(
+            f"\n[rebalance] results in {len(results)}, distinct scored {len(tally.copies)}, "
+            f"duplicates {tally.duplicates}, survivor owns all partitions {taken_over:.1f}s "
+            f"after the kill, shared again {returned:.1f}s after the restart; "
+            f"owners before {before}, after {after}"
+        )
+    finally:
+        victim.stop()
+        survivor.stop()
+
+
+# ---------------------------------------------------------------- 3. broker restart
+
+
+def test_the_worker_rides_out_a_broker_restart_mid_stream(tmp_path: Path) -> None:
+    broker_state = tmp_path / "broker"
+    broker = start_broker(broker_state, port=free_port())
+    worker: Worker | None = None
+    try:
+        settings = settings_for(
+            broker.bootstrap, tmp_path, partitions=2, broker_session_timeout=SESSION_TIMEOUT
+        )
+        ensure_topics(settings)
+        golden, results = golden_and_results("outage", queries=100, results=3_000, seed=4)
+        worker = Worker(settings, tmp_path).start()
+        load_golden(settings, worker, golden)
+        feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
+        feeder.start()
+        wait_for(lambda: outcome(worker, "scored") >= 300, 60, "scoring under way")
+        pid = worker.process.pid
+
+        went_down = time.monotonic()
+        stop_broker(broker_state, keep_data=True)
+        time.sleep(5.0)
+        scored_while_down = outcome(worker, "scored")
+        restart_broker(broker_state)
+        back = time.monotonic()
+        downtime = back - went_down
+        wait_for(
+            lambda: outcome(worker, "scored") > scored_while_down, 120, "scoring after the outage"
+        )
+        resumed = time.monotonic() - back
+        feeder.join_checked(180)
+        assert worker.process.poll() is None and worker.process.pid == pid, "no restart needed"
+
+        everything = {result.result_id for result in results}
+        records = read_topic(
+            settings, settings.scored_topic, lambda got: everything <= scored_ids(got), 180
+        )
+        tally = ScoredTally.of(records)
+        assert set(tally.copies) == everything
+        tally.assert_copies_agree()
+        assert_rollups_count_each_result_once(worker, results, golden, timeout=120)
+        assert_every_input_placed(worker)
+        print(
+            f"\n[broker restart] results in {len(results)}, inputs resent by the producer "
+            f"{feeder.resent}, distinct scored {len(tally.copies)}, duplicates "
+            f"{tally.duplicates}, broker down {downtime:.1f}s, scoring again {resumed:.1f}s "
+            f"after it was back, dead letters {outcome(worker, 'deadletter'):.0f}"
+        )
+    finally:
+        if worker is not None:
+            worker.stop()
+        stop_broker(broker_state)
+
+
+def assert_every_input_placed(worker: Worker) -> None:
+    """The /metrics invariant: results consumed = scored + unjudged + dead letter + parked."""
+    consumed = worker.metric("scorer_inputs_total", {"topic": "results"})
+    placed = sum(outcome(worker, name) for name in ("scored", "unjudged", "deadletter"))
+    placed += worker.metric("scorer_parked_results")
+    assert consumed == placed, (consumed, placed)
