@@ -15,7 +15,7 @@ from scorer.kafka.topics import ensure_topics
 from scorer.metrics import METRIC_NAMES, retrieval_metrics
 from scorer.rollup import RunRollup
 from scorer.settings import Settings
-from tests.integration.test_worker import wait_for, write_jsonl
+from tests.integration.test_worker import offline_eval, wait_for, write_jsonl
 from tests.integration.worker_support import SCORER, Worker, worker_env
 from tests.support.kafka import settings_for
 
@@ -104,19 +104,25 @@ def assert_close(got, expected, path="") -> None:
         assert got == expected, path
 
 
-def test_both_workers_return_the_same_rollup_equal_to_the_files(workers, traffic):
-    demo, results, _, _ = traffic
+def test_both_workers_return_the_same_rollup_equal_to_the_files(settings, workers, traffic):
+    demo, results, golden_file, results_file = traffic
     # The three runs hash to three of the four partitions, so each worker owns at
     # least one run, and every answer below for the other's run was forwarded.
     owners = {orjson.loads(workers[0].get(f"/router/rollups/{run}/")[1]) for run in RUNS}
     assert owners == {worker.url for worker in workers}
+    offline = offline_eval(settings, golden_file, results_file)
+    assert set(offline["runs"]) == set(RUNS)
     for run, rollup in expected_rollups(demo, results).items():
         answers = [api(worker, f"/api/v1/evals/runs/{run}/metrics") for worker in workers]
         assert answers[0] == answers[1]
         status, document = answers[0]
         assert status == 200
-        expected = rollup.summary()
+        # Same shape and numbers as `scorer eval --format json` for this run...
+        keys = ("count", "metrics", "ci95", "facets")
+        expected = {key: offline["runs"][run][key] for key in keys}
         assert_close({key: document[key] for key in expected}, expected)
+        # ...and as a rollup computed here from the files.
+        assert_close({key: document[key] for key in expected}, rollup.summary())
         assert document["runId"] == run
         assert document["updatedAt"]
 

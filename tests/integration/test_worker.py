@@ -97,6 +97,18 @@ def scored_by_id(settings: Settings, expected: int) -> dict[str, list[ScoredResu
     return by_id
 
 
+def offline_eval(settings: Settings, qrels: Path, run: Path, *options: str) -> dict:
+    """``scorer eval QRELS RUN --format json`` on the same files, as a user would run it."""
+    done = subprocess.run(
+        [SCORER, "eval", str(qrels), str(run), "--format", "json", *options],
+        env=worker_env(settings),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout)
+
+
 def write_jsonl(path: Path, events) -> Path:
     path.write_bytes(b"".join(event.to_json_bytes() + b"\n" for event in events))
     return path
@@ -124,11 +136,13 @@ def test_replayed_files_are_scored_once_with_the_offline_numbers(worker, setting
     assert set(by_id) == {result.result_id for result in results}
     assert all(len(copies) == 1 for copies in by_id.values())
 
-    qrels = {golden.query_id: golden.qrels for golden in traffic.golden}
-    for result in results:
-        expected = retrieval_metrics(result.ranked, qrels[result.query_id], 10)
-        got = by_id[result.result_id][0].retrieval_metrics
-        assert tuple(got.model_dump().values()) == pytest.approx(tuple(expected), abs=1e-12)
+    offline = offline_eval(settings, golden_file, results_file, "--per-query")
+    assert len(offline["results"]) == 600
+    for row in offline["results"]:
+        got = by_id[row["resultId"]][0].retrieval_metrics.model_dump(by_alias=True)
+        assert got.keys() == row["retrievalMetrics"].keys()
+        for name, value in row["retrievalMetrics"].items():
+            assert got[name] == pytest.approx(value, abs=1e-12), (row["resultId"], name)
 
     wait_for(lambda: outcomes(worker)["scored"] - before["scored"] == 600, what="600 scored")
     ndcg_sum = worker.metric("scorer_retrieval_ndcg_at_10_sum", {"facet": "all"})
