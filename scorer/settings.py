@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     parking_max_total: int = Field(100_000, ge=1)
 
     rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
+    rollup_batch_size: int = Field(
+        500, ge=1, le=100_000, description="Scored records folded into run rollups per batch."
+    )
+    rollup_batch_seconds: float = Field(
+        0.2, gt=0, le=60, description="Longest wait for a rollup batch to fill."
+    )
+    producer_linger_seconds: float = Field(
+        0.005, ge=0, le=1, description="Producer linger: batches sends into fewer requests."
+    )
 
     facet_allowlist: tuple[str, ...] = ("type", "popularity", "dynamism")
     facet_max_values: int = Field(20, ge=1, le=1000)

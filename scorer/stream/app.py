@@ -23,13 +23,14 @@ router finds a run's owner) and the bounded ``run_queries`` table
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import faust
-import orjson
 from faust.sensors.prometheus import setup_prometheus_sensors
 
 from scorer.settings import Settings
@@ -84,6 +85,7 @@ def create_app(settings: Settings) -> Scorer:
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         processing_guarantee=settings.processing_guarantee,
+        producer_linger=settings.producer_linger_seconds,
         broker_session_timeout=settings.broker_session_timeout,
         # Heartbeats well inside the session, as Kafka recommends (a third of it at most).
         broker_heartbeat_interval=min(3.0, settings.broker_session_timeout / 3),
@@ -118,6 +120,47 @@ def create_app(settings: Settings) -> Scorer:
 
     parked_count = 0
     expiring: set[str] = set()
+    between_events = asyncio.Lock()
+
+    def guard_exactly_once_commits() -> None:
+        """Make Faust's exactly_once commits match what was produced (once per consumer).
+
+        Faust snapshots the offsets of acked events, then commits each partition's
+        transaction while the agents go on sending into it: records of events
+        processed in between commit without their input's offset, and a crash then
+        delivers them twice. So a commit waits for the event in hand
+        (``one_at_a_time``). And table changelog writes still in Faust's send buffer
+        would miss the transaction that commits their input's offset (Faust flushes
+        that buffer before at-least-once commits only): they are flushed first.
+        """
+        consumer = app.consumer
+        if getattr(consumer, "_scorer_guarded", False):
+            return
+        commit, commit_transaction = consumer.commit, consumer.transactions.commit
+
+        async def commit_between_events(*args: Any, **kwargs: Any) -> bool:
+            async with between_events:
+                return await commit(*args, **kwargs)
+
+        async def commit_with_changelog(offsets: Any, start_new_transaction: bool = True) -> bool:
+            await app.producer.buffer.flush()
+            return await commit_transaction(offsets, start_new_transaction=start_new_transaction)
+
+        consumer.commit = commit_between_events
+        consumer.transactions.commit = commit_with_changelog
+        consumer._scorer_guarded = True
+
+    async def one_at_a_time(stream: Any) -> AsyncIterator[Any]:
+        """The stream's events; under exactly_once no commit happens while one is
+        processed (the ack runs, without yielding, when the next event is asked for)."""
+        if not app.in_transaction:
+            async for event in stream.events():
+                yield event
+            return
+        guard_exactly_once_commits()
+        async for event in stream.events():
+            async with between_events:
+                yield event
 
     async def send_output(
         topic: Any,
@@ -190,9 +233,9 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(results_topic, concurrency=1)
     async def score_results(stream: Any) -> None:
         nonlocal parked_count
-        async for event in stream.events():
+        async for event in one_at_a_time(stream):
             started = time.perf_counter()
-            telemetry.inputs.labels("results").inc()
+            telemetry.result_inputs.inc()
             message = event.message
             try:
                 result = core.decode_result(message.value)
@@ -229,7 +272,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(qrels_topic, concurrency=1)
     async def store_qrels(stream: Any) -> None:
         nonlocal parked_count
-        async for event in stream.events():
+        async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()
             message = event.message
@@ -276,23 +319,34 @@ def create_app(settings: Settings) -> Scorer:
 
     @app.agent(rollup_topic, concurrency=1)
     async def roll_up(stream: Any) -> None:
-        async for event in stream.events():
-            message = event.message
-            position = runs.SourcePosition.decode(dict(message.headers)[runs.SOURCE_HEADER])
-            scored = orjson.loads(message.value)
-            run_id = scored["runId"]
-            state = rollup_table.get(message.key) or runs.new_run_state()
-            if runs.is_duplicate(state, position):
-                telemetry.rollup_duplicates.inc()
-                continue
-            key = runs.query_key(run_id, scored["queryId"])
-            tracked = run_queries_table.get(key)
-            if tracked is not None or state["queries"] < settings.rollup_max_queries:
-                if tracked is None:
-                    state["queries"] += 1
-                run_queries_table[key] = runs.fold_query(tracked, runs.metric_values(scored))
+        # Batched: each run's state is read, decoded and written (one changelog
+        # record) once per batch. take_events acks a batch's events only after
+        # this body has written the tables, so the guarantees are those of one
+        # event at a time.
+        async for events in stream.take_events(
+            settings.rollup_batch_size, within=settings.rollup_batch_seconds
+        ):
+            by_partition: dict[int, list[Any]] = {}
+            for event in events:
+                by_partition.setdefault(event.message.partition, []).append(event)
             now = datetime.now(UTC).isoformat()
-            rollup_table[message.key] = runs.fold(state, scored, position, now)
+            for partition_events in by_partition.values():
+                # Table writes go to the changelog partition of the current event;
+                # every run here lives in this partition (the topic is keyed by run).
+                stream._set_current_event(partition_events[-1])
+                batch = runs.RunBatch(
+                    rollup_table.get, run_queries_table.get, settings.rollup_max_queries
+                )
+                for event in partition_events:
+                    message = event.message
+                    position = runs.SourcePosition.decode(dict(message.headers)[runs.SOURCE_HEADER])
+                    batch.add(message.key, message.value, position)
+                for key, entry in batch.queries.items():
+                    run_queries_table[key] = entry
+                for key, state in batch.finish(now).items():
+                    rollup_table[key] = state
+                if batch.duplicates:
+                    telemetry.rollup_duplicates.inc(batch.duplicates)
 
     @app.timer(interval=min(1.0, settings.parking_ttl_seconds / 4))
     async def sweep_parked() -> None:

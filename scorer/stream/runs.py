@@ -15,9 +15,11 @@ exact under at-least-once delivery:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from scorer.metrics import METRIC_NAMES
 from scorer.rollup import RunRollup
@@ -67,19 +69,60 @@ def is_duplicate(state: Mapping[str, Any], position: SourcePosition) -> bool:
     return mark is not None and (position.offset, position.seq) <= tuple(mark)
 
 
-def fold(
-    state: dict[str, Any],
-    scored: Mapping[str, Any],
-    position: SourcePosition,
-    updated_at: str,
-) -> dict[str, Any]:
-    """The run state with one (not duplicate) scored record folded in."""
-    rollup = RunRollup.from_state(state["rollup"])
-    rollup.add(metric_values(scored), capped_facets(rollup, scored.get("facets") or {}))
-    state["rollup"] = rollup.to_state()
-    state["watermarks"][position.stream] = [position.offset, position.seq]
-    state["updatedAt"] = updated_at
-    return state
+@dataclass
+class RunBatch:
+    """A batch of scored records folded into run states: each run's state is read,
+    decoded and written back once per batch, not once per record.
+
+    ``load_run(key)`` and ``load_query(key)`` read the tables (None when absent);
+    after :meth:`add` of every record, :attr:`runs` and :attr:`queries` hold the
+    entries to write. Folding a batch gives exactly the states that folding its
+    records one at a time would (duplicates are judged against the watermark as
+    it moves within the batch).
+    """
+
+    load_run: Callable[[bytes], dict[str, Any] | None]
+    load_query: Callable[[str], list[float] | None]
+    max_queries: int
+    runs: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    queries: dict[str, list[float]] = field(default_factory=dict)
+    duplicates: int = 0
+    _rollups: dict[bytes, RunRollup] = field(default_factory=dict)
+    _changed: set[bytes] = field(default_factory=set)
+
+    def add(self, run_key: bytes, raw: bytes, position: SourcePosition) -> bool:
+        """Fold one scored record (its wire bytes) of the run ``run_key``; False if a duplicate."""
+        state = self.runs.get(run_key)
+        if state is None:
+            state = self.load_run(run_key) or new_run_state()
+            self.runs[run_key] = state
+            self._rollups[run_key] = RunRollup.from_state(state["rollup"])
+        if is_duplicate(state, position):
+            self.duplicates += 1
+            return False
+        scored = orjson.loads(raw)
+        values = metric_values(scored)
+        key = query_key(scored["runId"], scored["queryId"])
+        tracked = self.queries[key] if key in self.queries else self.load_query(key)
+        if tracked is not None or state["queries"] < self.max_queries:
+            if tracked is None:
+                state["queries"] += 1
+            self.queries[key] = fold_query(tracked, values)
+        rollup = self._rollups[run_key]
+        rollup.add(values, capped_facets(rollup, scored.get("facets") or {}))
+        state["watermarks"][position.stream] = [position.offset, position.seq]
+        self._changed.add(run_key)
+        return True
+
+    def finish(self, updated_at: str) -> dict[bytes, dict[str, Any]]:
+        """The run states to write (only those that changed), stamped ``updated_at``."""
+        changed = {}
+        for run_key in self._changed:
+            state = self.runs[run_key]
+            state["rollup"] = self._rollups[run_key].to_state()
+            state["updatedAt"] = updated_at
+            changed[run_key] = state
+        return changed
 
 
 def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:

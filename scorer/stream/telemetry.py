@@ -136,6 +136,9 @@ class Telemetry:
         )
         for outcome in ("scored", "unjudged", "deadletter"):
             self.results.labels(outcome)
+        # Per-event children resolved once: labels() is a lookup under a lock.
+        self.scored = self.results.labels("scored")
+        self.result_inputs = self.inputs.labels("results")
         for outcome in ("stored", "deleted", "deadletter"):
             self.qrels.labels(outcome)
         for topic in ("results", "qrels"):
@@ -143,7 +146,7 @@ class Telemetry:
 
     def observe_scored(self, values: MetricValues, facets: Mapping[str, str]) -> None:
         """Count one scored result and observe its metrics under each label pair."""
-        self.results.labels("scored").inc()
+        self.scored.inc()
         for pair in self.facet_labels.label_pairs(facets):
             children = self._children.get(pair)
             if children is None:
