@@ -258,7 +258,11 @@ def assert_rollups_count_each_result_once(
             for run, count in expected.items()
         )
 
-    wait_for(counts_match, timeout, f"rollup counts {dict(expected)}")
+    try:
+        wait_for(counts_match, timeout, "rollup counts")
+    except AssertionError:
+        got = {run: (api_run(worker, run) or {}).get("count") for run in expected}
+        raise AssertionError(f"rollup counts {got}, expected {dict(expected)}") from None
     time.sleep(2.0)  # a late redelivery would show up now
     qrels = {query.query_id: query.qrels for query in golden}
     for run, count in expected.items():
