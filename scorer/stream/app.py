@@ -261,6 +261,7 @@ def create_app(settings: Settings) -> Scorer:
                 message.partition,
             )
             if not decision.added:
+                telemetry.results.labels("duplicate").inc()
                 continue
             parked_table[result.query_id] = decision.parked
             parked_count += 1 - len(decision.evicted)

@@ -7,7 +7,8 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   labels ``facet`` and ``value``; every scored result is also observed under
   ``facet="all", value="all"``. ``_sum / _count`` is the mean.
 - ``scorer_results_total{outcome}``: results that reached their final place,
-  ``outcome`` in scored, unjudged, deadletter.
+  ``outcome`` in scored, unjudged, deadletter, duplicate (a result whose
+  resultId is already parked: it waits there once, not twice).
 - ``scorer_parked_results``: results waiting for their qrels now (gauge), and
   ``scorer_parked_total``: results that ever entered parking.
 - ``scorer_inputs_total{topic}``: events consumed, ``topic`` in results, qrels.
@@ -25,7 +26,7 @@ each facet keeps at most ``max_values`` distinct values; the rest are
 observed as ``other``. Run ids never become labels.
 
 Invariant, per worker: results consumed = scored + unjudged + deadletter +
-parked now.
+duplicate + parked now.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class Telemetry:
             buckets=AGE_BUCKETS,
             registry=self.registry,
         )
-        for outcome in ("scored", "unjudged", "deadletter"):
+        for outcome in ("scored", "unjudged", "deadletter", "duplicate"):
             self.results.labels(outcome)
         # Per-event children resolved once: labels() is a lookup under a lock.
         self.scored = self.results.labels("scored")
