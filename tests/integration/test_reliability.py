@@ -222,13 +222,19 @@ def keyed(topic: str, events: Iterable[GoldenQuery | RetrievalResult]):
     return [(topic, event.query_id.encode(), event.to_json_bytes()) for event in events]
 
 
-def load_golden(settings: Settings, worker: Worker, golden: list[GoldenQuery]) -> None:
-    """Send the golden set and wait until the worker stored every query."""
+def load_golden(
+    settings: Settings, worker: Worker | list[Worker], golden: list[GoldenQuery]
+) -> None:
+    """Send the golden set and wait until the worker(s) stored every query."""
+    workers = worker if isinstance(worker, list) else [worker]
     feeder = Feeder(settings, keyed(settings.qrels_topic, golden), rate=10_000)
     feeder.start()
     feeder.join_checked(60)
     wait_for(
-        lambda: worker.metric("scorer_qrels_total", {"outcome": "stored"}) >= len(golden),
+        lambda: (
+            sum(w.metric("scorer_qrels_total", {"outcome": "stored"}) for w in workers)
+            >= len(golden)
+        ),
         60,
         "qrels stored",
     )
@@ -396,7 +402,7 @@ def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
             90,
             "both workers own partitions",
         )
-        load_golden(settings, survivor, golden)
+        load_golden(settings, [survivor, victim], golden)
         feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
         feeder.start()
         time.sleep(5.0)
@@ -505,8 +511,10 @@ def test_the_worker_rides_out_a_broker_restart_mid_stream(tmp_path: Path) -> Non
 
 
 def assert_every_input_placed(worker: Worker) -> None:
-    """The /metrics invariant: results consumed = scored + unjudged + dead letter + parked."""
+    """The /metrics invariant: results consumed = scored + unjudged + dead letter +
+    duplicate (already parked) + parked."""
     consumed = worker.metric("scorer_inputs_total", {"topic": "results"})
-    placed = sum(outcome(worker, name) for name in ("scored", "unjudged", "deadletter"))
+    outcomes = ("scored", "unjudged", "deadletter", "duplicate")
+    placed = sum(outcome(worker, name) for name in outcomes)
     placed += worker.metric("scorer_parked_results")
     assert consumed == placed, (consumed, placed)
