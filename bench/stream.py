@@ -543,9 +543,9 @@ def main() -> None:
     )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = parser.parse_args()
-    events = args.events or (6_000 if args.quick else 30_000)
+    events = args.events or (3_000 if args.quick else 10_000)
     reps = args.reps or (2 if args.quick else 3)
-    seconds = args.seconds or (4.0 if args.quick else 10.0)
+    seconds = args.seconds or (3.0 if args.quick else 8.0)
     only = args.only or list(PIPELINES)
 
     payloads = Payloads.generate(args.queries, pool=5000)
