@@ -537,6 +537,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--queries", type=int, default=5000, help="judged queries preloaded")
     parser.add_argument("--seconds", type=float, help="seconds per offered load")
+    parser.add_argument(
+        "--rates",
+        type=float,
+        nargs=3,
+        help="offered loads in events/s (default: 25/50/75%% of pipe)",
+    )
     parser.add_argument("--only", choices=PIPELINES, action="append", help="run only these")
     parser.add_argument(
         "--profile", type=Path, help="py-spy each throughput run into collapsed stacks here"
@@ -580,7 +586,7 @@ def main() -> None:
         if "scorer" in only:
             load_qrels_into_worker(settings, state_dir, payloads)
         results: dict[str, list[Figures]] = {name: [] for name in PIPELINES}
-        loads: dict[float, float] = {}
+        loads: dict[float, float] = dict(zip(LOADS, args.rates, strict=True)) if args.rates else {}
         for rep in range(reps):
             order = PIPELINES[rep % 3 :] + PIPELINES[: rep % 3]
             if rep == 0:
@@ -641,7 +647,9 @@ def streaming_section(table_text: str) -> str:
             "the count over the time from the first to the last output record. Latency: from",
             "handing a result to the producer to receiving its output record, at offered loads",
             "of 25/50/75% of the pipe's rate. Medians of interleaved repetitions; the machine is",
-            "small and shared, so read the ratios, not the absolute numbers.",
+            "small and shared, so read the ratios, not the absolute numbers. *saturated*: the",
+            "offered load is above the pipeline's capacity and the backlog did not drain in time",
+            "(latencies of seconds are queueing behind such a backlog).",
             "",
             table_text,
             "",
