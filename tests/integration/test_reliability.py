@@ -71,15 +71,18 @@ class Feeder(threading.Thread):
         except BaseException as error:  # reported by the test through ``join_checked``
             self.error = error
 
-    async def _feed(self) -> None:
-        producer = AIOKafkaProducer(
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
             **self.settings.aiokafka_options(),
             acks="all",
             enable_idempotence=True,
             linger_ms=5,
             request_timeout_ms=10_000,
         )
-        await producer.start()
+
+    async def _feed(self) -> None:
+        self._producer = self._new_producer()
+        await self._producer.start()
         try:
             start = time.monotonic()
             batch = max(1, int(self.rate // 20))
@@ -88,20 +91,23 @@ class Feeder(threading.Thread):
                 delay = start + first / self.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                await self._send(producer, chunk)
+                await self._send(chunk)
                 self.sent += len(chunk)
         finally:
-            await producer.stop()
+            await self._producer.stop()
 
-    async def _send(self, producer: AIOKafkaProducer, chunk) -> None:
+    async def _send(self, chunk) -> None:
         """Send ``chunk``; resend only the records whose delivery failed (the idempotent
-        producer already retried them), so inputs are duplicated only by a real outage."""
+        producer already retried them), so inputs are duplicated only by a real outage.
+        After a broker restart aiokafka's idempotent producer can be stuck on an
+        OutOfOrderSequence error: a new producer (new producer id) takes over."""
         deadline = time.monotonic() + 120
+        failing_since: float | None = None
         while chunk:
             futures = []
             for topic, key, value in chunk:
                 try:
-                    futures.append(await producer.send(topic, key=key, value=value))
+                    futures.append(await self._producer.send(topic, key=key, value=value))
                 except KafkaError as error:
                     futures.append(error)
             failed = []
@@ -116,6 +122,19 @@ class Feeder(threading.Thread):
                 raise AssertionError(f"{len(failed)} records undeliverable for 120 s")
             if failed:
                 self.resent += len(failed)
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > 10:
+                    await self._producer.stop()
+                    self._producer = self._new_producer()
+                    while True:
+                        try:
+                            await self._producer.start()
+                            break
+                        except KafkaError:
+                            if time.monotonic() > deadline:
+                                raise
+                            await asyncio.sleep(1.0)
+                    failing_since = None
                 await asyncio.sleep(0.5)
             chunk = failed
 
