@@ -21,13 +21,13 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas import GoldenQuery, RetrievalResult
@@ -37,7 +37,7 @@ from scorer.kafka.topics import ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from tests.integration.test_worker import wait_for
-from tests.integration.worker_support import Worker, free_port
+from tests.integration.worker_support import Worker, free_port, read_topic
 from tests.support.kafka import settings_for
 
 pytestmark = pytest.mark.integration
@@ -143,46 +143,6 @@ class Feeder(threading.Thread):
         assert not self.is_alive(), f"feeder still sending after {timeout}s ({self.sent} sent)"
         if self.error is not None:
             raise self.error
-
-
-def read_topic(
-    settings: Settings,
-    topic: str,
-    done: Callable[[list], bool],
-    timeout: float = 120.0,
-    isolation_level: str = "read_uncommitted",
-    grace: float = 3.0,
-) -> list:
-    """Every record of ``topic`` from the start until ``done(records)`` holds, then
-    ``grace`` seconds more so that any surplus (a duplicate) is caught as well."""
-
-    async def run() -> list:
-        consumer = AIOKafkaConsumer(
-            topic,
-            **settings.aiokafka_options(),
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            group_id=None,
-            isolation_level=isolation_level,
-        )
-        await consumer.start()
-        records: list = []
-        try:
-            deadline = time.monotonic() + timeout
-            grace_until: float | None = None
-            while time.monotonic() < deadline:
-                if grace_until is None and done(records):
-                    grace_until = time.monotonic() + grace
-                if grace_until is not None and time.monotonic() > grace_until:
-                    break
-                batch = await consumer.getmany(timeout_ms=500)
-                for partition_records in batch.values():
-                    records.extend(partition_records)
-        finally:
-            await consumer.stop()
-        return records
-
-    return asyncio.run(run())
 
 
 @dataclass

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,28 +130,34 @@ class Worker:
             return "(no log)"
 
 
-def consume(
-    settings: Settings, topic: str, expected: int, timeout: float = 60.0
-) -> list[ConsumerRecord]:
-    """Read ``topic`` from the start until ``expected`` records arrived (or the
-    timeout), then a short while longer to catch any surplus (duplicates)."""
+def read_topic(
+    settings: Settings,
+    topic: str,
+    done: Callable[[list], bool],
+    timeout: float = 120.0,
+    isolation_level: str = "read_uncommitted",
+    grace: float = 3.0,
+) -> list:
+    """Every record of ``topic`` from the start until ``done(records)`` holds, then
+    ``grace`` seconds more so that any surplus (a duplicate) is caught as well."""
 
-    async def run() -> list[ConsumerRecord]:
+    async def run() -> list:
         consumer = AIOKafkaConsumer(
             topic,
             **settings.aiokafka_options(),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=None,
+            isolation_level=isolation_level,
         )
         await consumer.start()
-        records: list[ConsumerRecord] = []
+        records: list = []
         try:
             deadline = time.monotonic() + timeout
             grace_until: float | None = None
             while time.monotonic() < deadline:
-                if grace_until is None and len(records) >= expected:
-                    grace_until = time.monotonic() + 2.0
+                if grace_until is None and done(records):
+                    grace_until = time.monotonic() + grace
                 if grace_until is not None and time.monotonic() > grace_until:
                     break
                 batch = await consumer.getmany(timeout_ms=500)
@@ -162,3 +168,11 @@ def consume(
         return records
 
     return asyncio.run(run())
+
+
+def consume(
+    settings: Settings, topic: str, expected: int, timeout: float = 60.0
+) -> list[ConsumerRecord]:
+    """Read ``topic`` from the start until ``expected`` records arrived (or the
+    timeout), then a short while longer to catch any surplus (duplicates)."""
+    return read_topic(settings, topic, lambda records: len(records) >= expected, timeout, grace=2.0)
