@@ -238,8 +238,7 @@ def create_app(settings: Settings) -> Scorer:
             telemetry.result_inputs.inc()
             message = event.message
             try:
-                result = core.decode_result(message.value)
-                core.check_key(message.key, result.query_id)
+                result = core.decode_keyed(core.decode_result, message.key, message.value)
             except core.RejectedEvent as error:
                 await dead_letter(event, error, "results")
                 continue
@@ -283,8 +282,7 @@ def create_app(settings: Settings) -> Scorer:
                 telemetry.qrels.labels("deleted").inc()
                 continue
             try:
-                golden = core.decode_golden(message.value)
-                core.check_key(message.key, golden.query_id)
+                golden = core.decode_keyed(core.decode_golden, message.key, message.value)
             except core.RejectedEvent as error:
                 await dead_letter(event, error, "qrels")
                 continue

@@ -8,7 +8,7 @@ tables.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -74,6 +74,16 @@ def check_key(key: bytes | None, query_id: str) -> None:
         raise RejectedEvent(
             "KeyMismatch", f"record key {shown} is not the event's queryId {query_id!r}"
         )
+
+
+def decode_keyed(
+    decode: Callable[[bytes | None], Any], key: bytes | None, value: bytes | None
+) -> Any:
+    """An input event decoded with ``decode`` whose record key is its queryId, or
+    :class:`RejectedEvent` saying why not."""
+    event = decode(value)
+    check_key(key, event.query_id)
+    return event
 
 
 def qrels_fingerprint(qrels: Mapping[str, int]) -> str:
