@@ -9,9 +9,10 @@ are not consulted: users name these files every which way.
 
 from __future__ import annotations
 
+import io
 from enum import StrEnum
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import orjson
 
@@ -42,6 +43,28 @@ def open_text(path: Path) -> TextIO:
         return path.open(encoding="utf-8")
     except OSError as error:
         raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """``path`` opened for reading bytes, or :class:`InputError` saying why not."""
+    try:
+        return path.open("rb")
+    except OSError as error:
+        raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
+
+
+def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
+    """The lines of ``raw`` (UTF-8, whole lines, the first numbered ``first``) as
+    :func:`open_text` would give them: universal newlines, ends kept.
+
+    Raises :class:`InputError` naming the line of the first byte that is not UTF-8.
+    """
+    try:
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").readlines()
+    except UnicodeDecodeError as error:
+        before = raw[: error.start].decode("utf-8")
+        line = first + before.count("\n") + before.count("\r") - before.count("\r\n")
+        raise InputError(path, "is not UTF-8 text", line) from None
 
 
 def detect_kind(path: Path) -> FileKind:

@@ -14,7 +14,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from schemas import GoldenQuery
-from scorer.io.detect import FileKind, detect_kind, open_text
+from scorer.io import columnar
+from scorer.io.detect import FileKind, detect_kind, open_binary, open_text
 from scorer.io.errors import InputError
 
 
@@ -41,9 +42,7 @@ def read_golden(path: Path) -> Golden:
         return read_trec_qrels(path)
     if kind is FileKind.GOLDEN_JSONL:
         return read_golden_jsonl(path)
-    raise InputError(
-        path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)"
-    )
+    raise InputError(path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)")
 
 
 def read_trec_qrels(path: Path) -> Golden:
@@ -51,7 +50,36 @@ def read_trec_qrels(path: Path) -> Golden:
 
     Blank lines are skipped. A docid judged twice for the same query is an error:
     which grade would count is anyone's guess.
+
+    Read by :mod:`scorer.io.columnar` when it can; any file it cannot read
+    cleanly is read again line by line, which says what is wrong and where.
     """
+    golden = _columnar_trec_qrels(path)
+    return golden if golden is not None else _line_trec_qrels(path)
+
+
+def _columnar_trec_qrels(path: Path) -> Golden | None:
+    """The judgments of ``path`` read in chunks by pyarrow, or None for any file
+    that is not clean (then :func:`_line_trec_qrels` accepts it or says why not)."""
+    golden: Golden = {}
+    with open_binary(path) as file, columnar.gc_paused():
+        for raw in columnar.line_chunks(file):
+            read = columnar.qrels_runs(raw)
+            if read is None:
+                return None
+            for query, docs, grades in read[0]:
+                judged = golden.get(query)
+                if judged is None:
+                    judged = golden[query] = JudgedQuery(qrels={})
+                qrels = judged.qrels
+                before = len(qrels)
+                qrels.update(zip(docs, grades, strict=True))
+                if len(qrels) != before + len(docs):
+                    return None  # a docid judged twice
+    return golden or None
+
+
+def _line_trec_qrels(path: Path) -> Golden:
     golden: Golden = {}
     qid = None
     qrels: dict[str, int] = {}

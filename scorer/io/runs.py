@@ -8,22 +8,30 @@ it: by score descending, ties by docid descending; the rank column is
 ignored; the tag is the run id, and a file with several tags holds several
 runs. JSONL results are validated line by line with the wire model
 :class:`schemas.RetrievalResult`, so they carry the same bounds as on Kafka.
+
+A TREC run is read in chunks of whole lines (64 MiB). Each chunk is parsed by
+pyarrow and ordered with a vectorised sort (:func:`scorer.io.columnar.run_blocks`)
+unless it holds anything that parser cannot read exactly as ``str.split`` does;
+such a chunk is read line by line, which also names a malformed line.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import gt
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
 from pydantic import ValidationError
 
 from schemas import RetrievalResult
-from scorer.io.detect import FileKind, detect_kind, open_text
+from scorer.io import columnar
+from scorer.io.columnar import RunBlock
+from scorer.io.detect import FileKind, decode_lines, detect_kind, open_binary, open_text
 from scorer.io.errors import InputError
 from scorer.io.qrels import describe_validation_error
 
@@ -54,9 +62,10 @@ class Retrieval:
 class InterleavedRun(Exception):
     """A TREC run whose lines for one (tag, qid) are not contiguous.
 
-    :func:`iter_retrievals` streams a run block by block and cannot merge a
-    query's lines once its block has been yielded; callers start again with
-    ``merge_blocks=True``, which holds the run in memory and merges them.
+    :func:`iter_retrievals` streams a run chunk by chunk and cannot merge a
+    query's lines once its ranking has been yielded; callers start again with
+    ``merge_blocks=True``, which holds the run in memory and merges them. (Lines
+    apart within one chunk read by pyarrow are merged without this.)
     """
 
 
@@ -76,7 +85,8 @@ def iter_retrievals(
     Raises :class:`InputError` (``file:line: what is wrong``) for an unreadable,
     empty or malformed file, or one that holds qrels rather than rankings, and
     :class:`InterleavedRun` for a TREC run whose queries are not contiguous
-    unless ``merge_blocks``.
+    (see there) unless ``merge_blocks``. Rankings come in the order their
+    (tag, qid) first appears in the file, either way.
     """
     kind = detect_kind(path)
     if kind is FileKind.TREC_RUN:
@@ -97,31 +107,48 @@ def trec_order(docs: list[str], scores: list[float]) -> list[str]:
     return [doc for _, doc in sorted(zip(scores, docs, strict=True), reverse=True)]
 
 
-_Block = tuple[str, str, list[str], list[float]]
-"""(tag, qid, docids, scores) of consecutive lines with the same tag and qid."""
+_Block = RunBlock
+
+
+def _float_list(scores: Sequence[float]) -> list[float]:
+    return scores.tolist() if isinstance(scores, np.ndarray) else list(scores)
+
+
+def _doc_list(docs: list[str] | str) -> list[str]:
+    return docs.split("\n") if isinstance(docs, str) else docs
+
+
+def _joined(first: _Block, then: _Block) -> _Block:
+    """Two blocks of the same (tag, qid) as one, to be put in trec_eval's order again."""
+    docs = _doc_list(first[2]) + _doc_list(then[2])
+    return (first[0], first[1], docs, _float_list(first[3]) + _float_list(then[3]), False)
+
+
+def _ranked(block: _Block) -> list[str]:
+    _, _, docs, scores, ordered = block
+    docs = _doc_list(docs)
+    return docs if ordered else trec_order(docs, _float_list(scores))
 
 
 def _streamed_trec_run(blocks: Iterator[_Block]) -> Iterator[Retrieval]:
     finished: set[tuple[str, str]] = set()
-    for run_id, query_id, docs, scores in blocks:
+    for block in blocks:
+        run_id, query_id = block[0], block[1]
         key = (run_id, query_id)
         if key in finished:
             raise InterleavedRun(f"run {run_id}, query {query_id}: lines are not contiguous")
         finished.add(key)
-        yield Retrieval(run_id, query_id, trec_order(docs, scores))
+        yield Retrieval(run_id, query_id, _ranked(block))
 
 
 def _merged_trec_run(blocks: Iterator[_Block]) -> Iterator[Retrieval]:
-    merged: dict[tuple[str, str], tuple[list[str], list[float]]] = {}
-    for run_id, query_id, docs, scores in blocks:
-        held = merged.get((run_id, query_id))
-        if held is None:
-            merged[(run_id, query_id)] = (docs, scores)
-        else:
-            held[0].extend(docs)
-            held[1].extend(scores)
-    for (run_id, query_id), (docs, scores) in merged.items():
-        yield Retrieval(run_id, query_id, trec_order(docs, scores))
+    merged: dict[tuple[str, str], _Block] = {}
+    for block in blocks:
+        key = (block[0], block[1])
+        held = merged.get(key)
+        merged[key] = block if held is None else _joined(held, block)
+    for (run_id, query_id), block in merged.items():
+        yield Retrieval(run_id, query_id, _ranked(block))
 
 
 def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tuple[int, list[str]]]:
@@ -141,20 +168,24 @@ def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tup
 
 
 def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[_Block]:
+    """The blocks of a TREC run, chunk by chunk: by :func:`columnar.run_blocks`
+    where it can, else line by line (which also reports a malformed line)."""
     pending: _Block | None = None  # the last block of a chunk may go on in the next
-    with open_text(path) as text:
-        for first, lines in _chunks(path, text, progress):
-            try:
-                blocks = _blocks_of_lines(lines)
-            except ValueError:
-                _raise_first_bad_line(path, first, lines)
-                # No bad line: blank lines broke the fast path.
-                blocks = _blocks_of_lines([line for line in lines if not line.isspace()])
+    first = 1  # number of the chunk's first line
+    with open_binary(path) as file:
+        for raw in columnar.line_chunks(file, progress):
+            fast = columnar.run_blocks(raw)
+            if fast is None:
+                lines = decode_lines(path, raw, first)
+                blocks = _blocks_of_checked_lines(path, first, lines)
+                first += len(lines)
+            else:
+                blocks, count = fast
+                first += count
             for block in blocks:
                 if pending is not None:
                     if block[0] == pending[0] and block[1] == pending[1]:
-                        pending[2].extend(block[2])
-                        pending[3].extend(block[3])
+                        pending = _joined(pending, block)
                         continue
                     yield pending
                 pending = block
@@ -162,11 +193,22 @@ def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[_Block]:
         yield pending
 
 
+def _blocks_of_checked_lines(path: Path, first: int, lines: list[str]) -> list[_Block]:
+    """The blocks of ``lines`` (numbered from ``first``), or :class:`InputError`
+    for the first malformed one."""
+    try:
+        return _blocks_of_lines(lines)
+    except ValueError:
+        _raise_first_bad_line(path, first, lines)
+        # No bad line: blank lines broke the fast path.
+        return _blocks_of_lines([line for line in lines if not line.isspace()])
+
+
 def _blocks_of_lines(lines: list[str]) -> list[_Block]:
     """The blocks of well-formed, non-blank run lines; ValueError on any other line.
 
-    The hot loop of the reader: no checks but the unpacking, and the scores are
-    converted per block, at C speed.
+    The hot loop of the line reader: no checks but the unpacking, and the scores
+    are converted per block, at C speed.
     """
     pending: list[tuple[str, str, list[str], list[str]]] = []
     run_id = query_id = ""
@@ -182,7 +224,9 @@ def _blocks_of_lines(lines: list[str]) -> list[_Block]:
         scores.append(score)
     if docs:
         pending.append((run_id, query_id, docs, scores))
-    return [(run, query, docs, list(map(float, scores))) for run, query, docs, scores in pending]
+    return [
+        (run, query, docs, list(map(float, scores)), False) for run, query, docs, scores in pending
+    ]
 
 
 def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:

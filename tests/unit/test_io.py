@@ -11,6 +11,7 @@ from scorer.io import (
     FileKind,
     InputError,
     InterleavedRun,
+    columnar,
     detect_kind,
     iter_retrievals,
     read_golden,
@@ -87,13 +88,20 @@ def test_several_tags_are_several_runs(tmp_path: Path) -> None:
     ]
 
 
-def test_interleaved_trec_run_is_merged_on_request(tmp_path: Path) -> None:
+def test_interleaved_trec_run_is_merged_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = "q1 Q0 a 1 3 r\nq2 Q0 x 1 1 r\nq1 Q0 b 2 4 r\n"
     path = write(tmp_path, "run.txt", text)
+    expected = [("q1", ["b", "a"]), ("q2", ["x"])]
+    # Within one chunk read by pyarrow, a query's lines are merged wherever they are.
+    assert [(r.query_id, r.ranked) for r in iter_retrievals(path)] == expected
+    # Across chunks (here, one line each) the stream cannot merge them.
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 8)
     with pytest.raises(InterleavedRun):
         list(iter_retrievals(path))
     merged = list(iter_retrievals(path, merge_blocks=True))
-    assert [(r.query_id, r.ranked) for r in merged] == [("q1", ["b", "a"]), ("q2", ["x"])]
+    assert [(r.query_id, r.ranked) for r in merged] == expected
 
 
 def test_jsonl_results_keep_ids_k_facets_and_empty_rankings(tmp_path: Path) -> None:

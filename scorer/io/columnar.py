@@ -1,0 +1,262 @@
+"""The fast path of the TREC readers: whole chunks parsed by pyarrow's CSV reader.
+
+The line-by-line readers (:mod:`scorer.io.runs`, :mod:`scorer.io.qrels`) split
+every line in Python; here a chunk of whole lines is parsed at once, in C++ and
+on every core, and a run's rankings are ordered with a vectorised sort.
+
+The fast path never decides what a malformed file means: whatever it cannot
+read exactly as ``str.split`` would (a wrong column count, a score or grade
+that does not convert, a tab, two spaces in a row, a blank line of spaces,
+Unicode whitespace, bytes that are not UTF-8, a NaN score...) makes it return
+``None``, and the caller reads that input line by line, which either accepts it
+too or says ``file:line: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+CHUNK_BYTES = 1 << 26
+"""Files are read in chunks of whole lines of about this many bytes (64 MiB)."""
+
+RunBlock = tuple[str, str, list[str] | str, Sequence[float], bool]
+"""(tag, qid, docids, scores, ordered): lines of one run and query.
+
+``docids`` is a list, or one string of them joined by ``\\n``. ``ordered``
+means ``docids`` are already in trec_eval's order and ``scores`` in the same
+order; otherwise both are in file order.
+"""
+
+QrelsRun = tuple[str, list[str], list[int]]
+"""(qid, docids, grades) of consecutive qrels lines of one query."""
+
+_ASCII_SPACES = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+"""ASCII bytes that ``str.split()`` splits on, besides space and the line ends."""
+
+NON_ASCII_SPACES = (
+    "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+"""Every non-ASCII character ``str.split()`` splits on (a test checks the list)."""
+
+_NON_ASCII_SPACE = re.compile(f"[{NON_ASCII_SPACES}]")
+_BOM = b"\xef\xbb\xbf"
+_GRADE = r"^-?[0-9]+$"
+"""Grades the fast path converts: what both ``int()`` and pyarrow read alike
+(pyarrow also takes ``0x1f``, ``int()`` also ``+1`` and ``1_0``)."""
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the block runs (on again after, if it was).
+
+    Building a chunk's millions of Python strings in lists and dicts, which
+    form no cycles, would otherwise set off full collections that walk every
+    object of the process: they cost more than the building itself.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def line_chunks(file: BinaryIO, progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """``file`` in chunks of whole lines of about :data:`CHUNK_BYTES` each.
+
+    A chunk ends just after a ``\\n`` (or at the end of the file), so no line,
+    ``\\r\\n`` or UTF-8 character is ever cut. ``progress`` is told the bytes
+    read so far after each chunk has been dealt with.
+    """
+    while True:
+        data = file.read(CHUNK_BYTES)
+        if not data:
+            return
+        if not data.endswith(b"\n"):
+            data += file.readline()
+        yield data
+        if progress is not None:
+            progress(file.tell())
+
+
+def read_chunk(raw: bytes, types: dict[str, pa.DataType]) -> tuple[pa.Table, int] | None:
+    """The columns of ``raw`` (whole lines) and its number of lines, or None.
+
+    ``types`` names every column, in order. None unless every line is blank
+    (empty) or exactly ``len(types)`` non-empty fields separated by single
+    spaces, with no other character ``str.split()`` would split on, and every
+    field converts to its type.
+    """
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(raw),
+            read_options=pacsv.ReadOptions(column_names=list(types)),
+            parse_options=pacsv.ParseOptions(
+                delimiter=" ",
+                quote_char=False,
+                double_quote=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=True,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                null_values=[],
+                true_values=[],
+                false_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowException, ValueError):
+        return None
+    # Every byte str.split() could split on but a space is a control byte: in a
+    # clean chunk they are exactly the rows' line ends.
+    controls = int(np.count_nonzero(np.frombuffer(raw, np.uint8) < 0x20))
+    ends_with_newline = raw.endswith(b"\n")
+    if controls == table.num_rows - (0 if ends_with_newline else 1):
+        lines = table.num_rows
+    else:  # blank lines, \r\n line ends, or some other control byte
+        if any(raw.find(space) >= 0 for space in _ASCII_SPACES):
+            return None
+        carriage_returns = raw.count(b"\r")
+        if carriage_returns and carriage_returns != raw.count(b"\r\n"):
+            return None  # a lone \r ends a line for Python, not for the CSV reader
+        lines = raw.count(b"\n") + (0 if ends_with_newline or not raw else 1)
+    if not raw.isascii():
+        if raw.startswith(_BOM):
+            return None  # pyarrow drops it; Python keeps it in the first field
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if _NON_ASCII_SPACE.search(text):
+            return None
+    # Two spaces in a row, or a space at either end of a line, make an empty field.
+    strings = [name for name, kind in types.items() if kind == pa.string()]
+    if table.num_rows and any(pc.min(pc.binary_length(table[n])).as_py() == 0 for n in strings):
+        return None
+    return table, lines
+
+
+def run_blocks(raw: bytes) -> tuple[list[RunBlock], int] | None:
+    """The rankings of a chunk of TREC run lines, each in trec_eval's order, and
+    the number of lines; None when :func:`read_chunk` cannot read it or a score
+    is NaN (whose order only Python's sort defines).
+
+    One block per (tag, qid) of the chunk, in order of first appearance, lines
+    of a query merged wherever they are in the chunk.
+    """
+    string = pa.string()
+    read = read_chunk(
+        raw,
+        {
+            "qid": string,
+            "q0": string,
+            "docid": string,
+            "rank": string,
+            "score": pa.float64(),
+            "tag": string,
+        },
+    )
+    if read is None:
+        return None
+    table, lines = read
+    rows = table.num_rows
+    if not rows:
+        return [], lines
+    scores = table["score"].to_numpy()
+    if np.isnan(scores).any():
+        return None
+    scores = scores + 0.0  # -0.0 becomes 0.0: equal, as Python's comparisons see them
+    qid = table["qid"].combine_chunks()
+    tag = table["tag"].combine_chunks()
+    docid = table["docid"].combine_chunks()
+
+    # Runs of consecutive lines with the same (tag, qid).
+    change = np.ones(rows, dtype=bool)
+    if rows > 1:
+        differs = pc.or_(pc.not_equal(qid[1:], qid[:-1]), pc.not_equal(tag[1:], tag[:-1]))
+        change[1:] = differs.to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change)
+    run_keys = list(zip(tag.take(starts).to_pylist(), qid.take(starts).to_pylist(), strict=True))
+    group_of: dict[tuple[str, str], int] = {}
+    run_group = np.fromiter(
+        (group_of.setdefault(key, len(group_of)) for key in run_keys), np.int64, len(run_keys)
+    )
+    contiguous = len(group_of) == len(run_keys)
+    if contiguous and bool(np.all(change[1:] | (scores[:-1] > scores[1:]))):
+        # The usual file: each query's lines together, scores strictly descending.
+        keys: list[tuple[str, str]] = run_keys
+    else:
+        group = np.repeat(run_group, np.diff(np.append(starts, rows)))
+        order = pc.sort_indices(
+            pa.table({"group": group, "score": scores, "docid": docid}),
+            sort_keys=[("group", "ascending"), ("score", "descending"), ("docid", "descending")],
+        )
+        docid = docid.take(order)
+        order_np = order.to_numpy()
+        scores = scores[order_np]
+        group = group[order_np]
+        starts = np.flatnonzero(np.diff(group, prepend=-1))
+        keys = list(group_of)
+    bounds = np.append(starts, rows)
+    # One string per query, split in Python: far fewer objects cross over than
+    # with docid.to_pylist() and a slice per query. A docid holds no '\n'.
+    # One string per query, to be split when its ranking is scored: far fewer
+    # objects cross over than with docid.to_pylist(), and the strings are no
+    # work for the garbage collector. A docid holds no '\n'.
+    lists = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), docid)
+    joined = pc.binary_join(lists, "\n").to_pylist()
+    edges = bounds.tolist()
+    blocks: list[RunBlock] = [
+        (run_id, query_id, docs, scores[begin:end], True)
+        for (run_id, query_id), docs, begin, end in zip(
+            keys, joined, edges, edges[1:], strict=False
+        )
+    ]
+    return blocks, lines
+
+
+def qrels_runs(raw: bytes) -> tuple[list[QrelsRun], int] | None:
+    """Runs of consecutive same-query lines of a chunk of TREC qrels, and the
+    number of lines; None when :func:`read_chunk` cannot read it or a grade is
+    not a plain integer."""
+    string = pa.string()
+    read = read_chunk(raw, {"qid": string, "iter": string, "docid": string, "grade": string})
+    if read is None:
+        return None
+    table, lines = read
+    rows = table.num_rows
+    if not rows:
+        return [], lines
+    grade_text = table["grade"].combine_chunks()
+    if not pc.all(pc.match_substring_regex(grade_text, _GRADE)).as_py():
+        return None
+    try:
+        grades = pc.cast(grade_text, pa.int64()).to_pylist()
+    except pa.ArrowException:
+        return None  # beyond 64 bits: Python's int() takes it
+    qid = table["qid"].combine_chunks()
+    change = np.ones(rows, dtype=bool)
+    if rows > 1:
+        change[1:] = pc.not_equal(qid[1:], qid[:-1]).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change)
+    query_ids = qid.take(starts).to_pylist()
+    docs = table["docid"].to_pylist()
+    edges = [*starts.tolist(), rows]
+    return [
+        (query_id, docs[begin:end], grades[begin:end])
+        for query_id, begin, end in zip(query_ids, edges, edges[1:], strict=False)
+    ], lines
