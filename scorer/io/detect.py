@@ -60,11 +60,12 @@ def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
     Raises :class:`InputError` naming the line of the first byte that is not UTF-8.
     """
     try:
-        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").readlines()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         before = raw[: error.start].decode("utf-8")
         line = first + before.count("\n") + before.count("\r") - before.count("\r\n")
         raise InputError(path, "is not UTF-8 text", line) from None
+    return io.StringIO(text, newline=None).readlines()
 
 
 def detect_kind(path: Path) -> FileKind:

@@ -1,0 +1,330 @@
+"""The columnar fast path of the TREC readers (scorer.io.columnar) against the
+line-by-line readers: same rankings, same judgments, same order, and every file
+it cannot read cleanly handed to the line reader, which names the bad line."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scorer.cli import main
+from scorer.evaluate import evaluate_run_file
+from scorer.io import InputError, columnar, iter_retrievals, read_golden, trec_order
+
+QIDS = ["q1", "q2", "q10", "qé"]
+DOCS = ["a", "b", "c", "d10", "d9", "Z", "é", "ü", "日本"]
+TAGS = ["bm25", "dense"]
+SCORES = ["1", "2", "2.0", "-0.0", "0", "0.5", "+3", ".25", "1e3", "inf", "-inf", "-1.5", "7"]
+
+
+def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def oracle(text: str) -> list[tuple[str, str, list[str]]]:
+    """What trec_eval makes of a run: per (tag, qid), in order of first appearance,
+    docs by score descending, ties by docid descending; written independently of
+    the readers."""
+    lines: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for line in text.splitlines():
+        if line.split():
+            qid, _, doc, _, score, tag = line.split()
+            lines.setdefault((tag, qid), []).append((float(score), doc))
+    return [
+        (tag, qid, [doc for _, doc in sorted(pairs, reverse=True)])
+        for (tag, qid), pairs in lines.items()
+    ]
+
+
+def read_run(path: Path) -> list[tuple[str, str, list[str]]]:
+    return [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(path, merge_blocks=True)]
+
+
+@pytest.fixture
+def line_reader_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path switched off: every chunk read line by line."""
+    monkeypatch.setattr(columnar, "run_blocks", lambda raw: None)
+    monkeypatch.setattr(columnar, "qrels_runs", lambda raw: None)
+
+
+run_lines = st.lists(
+    st.tuples(
+        st.sampled_from(QIDS),
+        st.sampled_from(DOCS),
+        st.integers(0, 200),
+        st.sampled_from(SCORES),
+        st.sampled_from(TAGS),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=run_lines,
+    crlf=st.booleans(),
+    blank=st.booleans(),
+    chunk=st.sampled_from([16, 200, 1 << 26]),
+)
+def test_fast_path_ranks_as_trec_eval(
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[tuple[str, str, int, str, str]],
+    crlf: bool,
+    blank: bool,
+    chunk: int,
+) -> None:
+    end = "\r\n" if crlf else "\n"
+    text = "".join(f"{q} Q0 {d} {r} {s} {t}{end}" for q, d, r, s, t in lines)
+    if blank:
+        text = end + text.replace(end, end + end, 1)
+    raw = text.encode("utf-8")
+    assert columnar.run_blocks(raw) is not None  # the fast path read it
+    path = write(tmp_path_factory.mktemp("run"), "run.txt", raw)
+    original = columnar.CHUNK_BYTES
+    columnar.CHUNK_BYTES = chunk  # hypothesis and function-scoped fixtures do not mix
+    try:
+        assert read_run(path) == oracle(text)
+    finally:
+        columnar.CHUNK_BYTES = original
+
+
+def test_fast_and_line_readers_agree_on_a_large_shuffled_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(7)
+    scores = ["1", "2", "0.5", "-0.0", "0"]
+    lines = [
+        f"q{q} Q0 d{rng.randrange(500)} {rank} "
+        f"{rng.choice([*scores, f'{rng.random():.3f}'])} {rng.choice(TAGS)}\n"
+        for q in range(300)
+        for rank in range(40)
+    ]
+    rng.shuffle(lines)
+    text = "".join(lines)
+    path = write(tmp_path, "run.txt", text)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 100_000)  # several chunks
+    fast = read_run(path)
+    assert fast == oracle(text)
+    monkeypatch.setattr(columnar, "run_blocks", lambda raw: None)
+    assert read_run(path) == fast
+
+
+def test_a_contiguous_run_streams_without_interleaving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "".join(f"q{q} Q0 d{d} {d} {100 - d} r\n" for q in range(2000) for d in range(10))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 4096)  # queries cut across chunks
+    retrievals = list(iter_retrievals(write(tmp_path, "run.txt", text)))
+    assert len(retrievals) == 2000
+    assert all(r.ranked == [f"d{d}" for d in range(10)] for r in retrievals)
+
+
+B_THEN_A = [("r", "q1", ["b", "a"])]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("q1\tQ0\ta\t1\t2\tr\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1  Q0 a 1 2 r\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        (" q1 Q0 a 1 2 r \nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1 Q0 a 1 2 r\n     \nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1 Q0 a 1 2 r\x0c\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1 Q0 a 1 2\x1fr\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1\xa0Q0 a 1 2 r\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1 Q0 a 1 2\u3000r\nq1 Q0 b 2 3 r\n", B_THEN_A),
+        ("q1 Q0 a 1 2 r\rq1 Q0 b 2 3 r\r", B_THEN_A),
+        ("q1 Q0 a 1 2 r\r\nq1 Q0 b 2 3 r\rq1 Q0 c 3 1 r\n", [("r", "q1", ["b", "a", "c"])]),
+        ("\ufeffq1 Q0 a 1 2 r\nq1 Q0 b 2 3 r\n", [("r", "\ufeffq1", ["a"]), ("r", "q1", ["b"])]),
+        ("q1 Q0 a 1 1_0 r\nq1 Q0 b 2 3 r\n", [("r", "q1", ["a", "b"])]),
+        ("q1 Q0 a 1 \u0664 r\nq1 Q0 b 2 3 r\n", [("r", "q1", ["a", "b"])]),
+    ],
+)
+def test_odd_but_valid_runs_are_read_line_by_line(
+    tmp_path: Path, text: str, expected: list[tuple[str, str, list[str]]]
+) -> None:
+    assert columnar.run_blocks(text.encode("utf-8")) is None  # not for the fast path
+    assert read_run(write(tmp_path, "run.txt", text)) == expected
+
+
+def test_a_last_line_without_newline_is_read_fast(tmp_path: Path) -> None:
+    text = "q1 Q0 a 1 2 r\nq1 Q0 b 2 3 r"
+    assert columnar.run_blocks(text.encode()) is not None
+    assert read_run(write(tmp_path, "run.txt", text)) == B_THEN_A
+
+
+def test_nan_scores_keep_pythons_order(tmp_path: Path) -> None:
+    text = "q1 Q0 a 1 1 r\nq1 Q0 b 2 nan r\nq1 Q0 c 3 2 r\n"
+    assert columnar.run_blocks(text.encode()) is None
+    (retrieval,) = iter_retrievals(write(tmp_path, "run.txt", text))
+    # Whatever sorted() makes of a NaN, as before the fast path.
+    assert retrieval.ranked == trec_order(["a", "b", "c"], [1.0, float("nan"), 2.0])
+
+
+CLEAN_LINE = "q{q:05d} Q0 d{d} {d} {score} run\n"
+
+
+def big_run(bad_line: str, before: int, after: int = 500) -> str:
+    """``before`` clean lines, ``bad_line``, then ``after`` clean lines."""
+    lines = [CLEAN_LINE.format(q=n // 10, d=n % 10, score=100 - n % 10) for n in range(before)]
+    lines.append(bad_line)
+    lines += [CLEAN_LINE.format(q=90_000 + n, d=0, score=1) for n in range(after)]
+    return "".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ("q1 Q0 b 17 0.5\n", "expected 6 columns (qid Q0 docid rank score tag), got 5"),
+        ("q1 Q0 b 17 0.5 r x\n", "expected 6 columns (qid Q0 docid rank score tag), got 7"),
+        ("q1 Q0 b 17 high r\n", "score 'high' is not a number"),
+        ("q1 Q0 b 17 nan(1) r\n", "score 'nan(1)' is not a number"),
+        ("q1 Q0 b 17 0x1p3 r\n", "score '0x1p3' is not a number"),
+        ("q1 Q0 b 17 r\tx\n", "score 'r' is not a number"),
+    ],
+)
+@pytest.mark.parametrize("chunk", [64 << 10, columnar.CHUNK_BYTES])
+def test_a_bad_line_deep_in_a_big_run_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_line: str, message: str, chunk: int
+) -> None:
+    before = 40_000  # ~1 MB of clean lines: with 64 KiB chunks, many chunks read fast first
+    path = write(tmp_path, "run.txt", big_run(bad_line, before))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", chunk)
+    with pytest.raises(InputError) as raised:
+        list(iter_retrievals(path))
+    assert str(raised.value) == f"{path}:{before + 1}: {message}"
+
+
+def test_bytes_not_utf8_deep_in_a_big_run_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = 40_000
+    data = big_run("q1 Q0 b 17 1 r\n", before).encode().replace(b" b 17", b" \xff 17")
+    path = write(tmp_path, "run.txt", data)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    with pytest.raises(InputError) as raised:
+        list(iter_retrievals(path))
+    assert str(raised.value) == f"{path}:{before + 1}: is not UTF-8 text"
+
+
+def test_cli_exits_2_naming_a_bad_line_deep_in_a_big_run(tmp_path: Path) -> None:
+    qrels = write(tmp_path, "qrels.txt", "q00001 0 d1 1\n")
+    run = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 0.5\n", 60_000, after=20_000))
+    result = CliRunner().invoke(main, ["eval", str(qrels), str(run)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"{run}:60001: expected 6 columns (qid Q0 docid rank score tag), got 5\n"
+    )
+
+
+def test_the_same_run_scores_the_same_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    rng = random.Random(3)
+    qrels = "".join(
+        f"q{q} 0 d{d} {rng.choice([0, 1, 2, 3])}\n" for q in range(200) for d in range(0, 60, 5)
+    )
+    run = "".join(
+        f"q{q} Q0 d{d} {d} {rng.choice([1.0, 0.5, rng.random()])} {rng.choice(TAGS)}\n"
+        for q in range(220)
+        for d in range(60)
+    )
+    qrels_path, run_path = write(tmp_path, "qrels.txt", qrels), write(tmp_path, "run.txt", run)
+    fast = evaluate_run_file(read_golden(qrels_path), run_path, per_query=True).as_json()
+    monkeypatch.setattr(columnar, "run_blocks", lambda raw: None)
+    monkeypatch.setattr(columnar, "qrels_runs", lambda raw: None)
+    slow = evaluate_run_file(read_golden(qrels_path), run_path, per_query=True).as_json()
+    assert fast == slow  # exactly: same values, same order of rows
+
+
+# -- qrels ------------------------------------------------------------------------------------
+
+qrels_lines = st.lists(
+    st.tuples(
+        st.sampled_from(QIDS),
+        st.sampled_from(DOCS),
+        st.sampled_from(["0", "1", "2", "3", "-1", "007", "-0", "12"]),
+    ),
+    min_size=1,
+    max_size=40,
+    unique_by=lambda line: (line[0], line[1]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=qrels_lines, chunk=st.sampled_from([16, 1 << 26]))
+def test_fast_qrels_equal_line_qrels(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[tuple[str, str, str]], chunk: int
+) -> None:
+    text = "".join(f"{q} 0 {d} {g}\n" for q, d, g in lines)
+    path = write(tmp_path_factory.mktemp("qrels"), "qrels.txt", text)
+    assert columnar.qrels_runs(text.encode()) is not None
+    original = columnar.CHUNK_BYTES
+    columnar.CHUNK_BYTES = chunk
+    try:
+        golden = read_golden(path)
+    finally:
+        columnar.CHUNK_BYTES = original
+    expected: dict[str, dict[str, int]] = {}
+    for q, d, g in lines:
+        expected.setdefault(q, {})[d] = int(g)
+    assert {q: j.qrels for q, j in golden.items()} == expected
+    assert list(golden) == list(expected)  # order of first appearance
+    assert all(list(golden[q].qrels) == list(expected[q]) for q in expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("q1 0 a +1\nq1 0 b 1_0\n", {"q1": {"a": 1, "b": 10}}),
+        ("q1\t0 a 1\nq1 0  b 2\n", {"q1": {"a": 1, "b": 2}}),
+        ("q1 0 a 99999999999999999999\n", {"q1": {"a": 99999999999999999999}}),
+    ],
+)
+def test_odd_but_valid_qrels_read_as_int_reads_them(
+    tmp_path: Path, text: str, expected: dict[str, dict[str, int]]
+) -> None:
+    assert columnar.qrels_runs(text.encode()) is None
+    golden = read_golden(write(tmp_path, "qrels.txt", text))
+    assert {q: j.qrels for q, j in golden.items()} == expected
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ("q1 0 a 0x1\n", "grade '0x1' is not an integer"),
+        ("q1 0 a\n", "expected 4 columns (qid iter docid grade), got 3"),
+        ("q00003 0 d3 1\n", "d3 is judged twice for query q00003"),
+    ],
+)
+def test_a_bad_qrels_line_deep_in_a_big_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_line: str, message: str
+) -> None:
+    before = 30_000
+    lines = [f"q{n // 10:05d} 0 d{n % 10} {n % 4}\n" for n in range(before)]
+    path = write(tmp_path, "qrels.txt", "".join([*lines, bad_line, "q9 0 x 1\n"]))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    with pytest.raises(InputError) as raised:
+        read_golden(path)
+    assert str(raised.value) == f"{path}:{before + 1}: {message}"
+
+
+def test_non_ascii_spaces_are_every_one_str_split_knows() -> None:
+    splits = [
+        chr(code) for code in range(0x80, sys.maxunicode + 1) if len(f"a{chr(code)}b".split()) == 2
+    ]
+    assert "".join(splits) == columnar.NON_ASCII_SPACES
