@@ -39,8 +39,11 @@ order; otherwise both are in file order.
 QrelsRun = tuple[str, list[str], list[int]]
 """(qid, docids, grades) of consecutive qrels lines of one query."""
 
-_ASCII_SPACES = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
-"""ASCII bytes that ``str.split()`` splits on, besides space and the line ends."""
+_IS_ASCII_SPACE = np.zeros(256, dtype=bool)
+_IS_ASCII_SPACE[[0x09, 0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x1F]] = True
+"""The ASCII bytes that ``str.split()`` splits on, besides space and the line ends."""
+_NEWLINE = 0x0A
+_CARRIAGE_RETURN = 0x0D
 
 NON_ASCII_SPACES = (
     "\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -72,25 +75,46 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def line_chunks(file: BinaryIO, progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """``file`` in chunks of whole lines of about :data:`CHUNK_BYTES` each.
+def line_chunks(
+    file: BinaryIO, progress: Callable[[int], None] | None = None
+) -> Iterator[memoryview]:
+    """``file`` in chunks of whole lines, most of about :data:`CHUNK_BYTES`.
 
     A chunk ends just after a ``\\n`` (or at the end of the file), so no line,
-    ``\\r\\n`` or UTF-8 character is ever cut. ``progress`` is told the bytes
-    read so far after each chunk has been dealt with.
+    ``\\r\\n`` or UTF-8 character is ever cut; the line that straddles two
+    reads comes as a small chunk of its own, so that nothing big is copied.
+    A chunk is valid until the next is asked for. ``progress`` is told the
+    bytes read so far after each read's chunks have been dealt with.
     """
+    rest: list[bytes] = []  # the start of a line that straddles reads
     while True:
         data = file.read(CHUNK_BYTES)
         if not data:
-            return
-        if not data.endswith(b"\n"):
-            data += file.readline()
-        yield data
+            break
+        start = 0
+        if rest:
+            start = data.find(b"\n") + 1
+            if not start:
+                rest.append(data)  # a line longer than a chunk
+                continue
+            yield memoryview(b"".join([*rest, data[:start]]))
+            rest = []
+        cut = data.rfind(b"\n") + 1
+        if cut > start:
+            yield memoryview(data)[start:cut]
+        else:
+            cut = start
+        if cut < len(data):
+            rest.append(data[cut:])
+        if progress is not None:
+            progress(file.tell())
+    if rest:
+        yield memoryview(b"".join(rest))
         if progress is not None:
             progress(file.tell())
 
 
-def read_chunk(raw: bytes, types: dict[str, pa.DataType]) -> tuple[pa.Table, int] | None:
+def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table, int] | None:
     """The columns of ``raw`` (whole lines) and its number of lines, or None.
 
     ``types`` names every column, in order. None unless every line is blank
@@ -98,6 +122,8 @@ def read_chunk(raw: bytes, types: dict[str, pa.DataType]) -> tuple[pa.Table, int
     spaces, with no other character ``str.split()`` would split on, and every
     field converts to its type.
     """
+    if not len(raw):
+        return None
     try:
         table = pacsv.read_csv(
             pa.py_buffer(raw),
@@ -121,24 +147,28 @@ def read_chunk(raw: bytes, types: dict[str, pa.DataType]) -> tuple[pa.Table, int
         )
     except (pa.ArrowException, ValueError):
         return None
+    data = np.frombuffer(raw, np.uint8)
+    ends_with_newline = bool(data[-1] == _NEWLINE)
     # Every byte str.split() could split on but a space is a control byte: in a
     # clean chunk they are exactly the rows' line ends.
-    controls = int(np.count_nonzero(np.frombuffer(raw, np.uint8) < 0x20))
-    ends_with_newline = raw.endswith(b"\n")
+    controls = int(np.count_nonzero(data < 0x20))
     if controls == table.num_rows - (0 if ends_with_newline else 1):
         lines = table.num_rows
     else:  # blank lines, \r\n line ends, or some other control byte
-        if any(raw.find(space) >= 0 for space in _ASCII_SPACES):
+        newlines = int(np.count_nonzero(data == _NEWLINE))
+        carriage_returns = np.flatnonzero(data == _CARRIAGE_RETURN)
+        if controls != newlines + len(carriage_returns) and _IS_ASCII_SPACE[data].any():
             return None
-        carriage_returns = raw.count(b"\r")
-        if carriage_returns and carriage_returns != raw.count(b"\r\n"):
-            return None  # a lone \r ends a line for Python, not for the CSV reader
-        lines = raw.count(b"\n") + (0 if ends_with_newline or not raw else 1)
-    if not raw.isascii():
-        if raw.startswith(_BOM):
+        if len(carriage_returns):
+            after = carriage_returns + 1
+            if after[-1] == len(data) or (data[after] != _NEWLINE).any():
+                return None  # a lone \r ends a line for Python, not for the CSV reader
+        lines = newlines + (0 if ends_with_newline else 1)
+    if data.max() >= 0x80:
+        if raw[: len(_BOM)] == _BOM:
             return None  # pyarrow drops it; Python keeps it in the first field
         try:
-            text = raw.decode("utf-8")
+            text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             return None
         if _NON_ASCII_SPACE.search(text):
@@ -150,7 +180,7 @@ def read_chunk(raw: bytes, types: dict[str, pa.DataType]) -> tuple[pa.Table, int
     return table, lines
 
 
-def run_blocks(raw: bytes) -> tuple[list[RunBlock], int] | None:
+def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     """The rankings of a chunk of TREC run lines, each in trec_eval's order, and
     the number of lines; None when :func:`read_chunk` cannot read it or a score
     is NaN (whose order only Python's sort defines).
@@ -212,8 +242,6 @@ def run_blocks(raw: bytes) -> tuple[list[RunBlock], int] | None:
         starts = np.flatnonzero(np.diff(group, prepend=-1))
         keys = list(group_of)
     bounds = np.append(starts, rows)
-    # One string per query, split in Python: far fewer objects cross over than
-    # with docid.to_pylist() and a slice per query. A docid holds no '\n'.
     # One string per query, to be split when its ranking is scored: far fewer
     # objects cross over than with docid.to_pylist(), and the strings are no
     # work for the garbage collector. A docid holds no '\n'.
@@ -229,7 +257,7 @@ def run_blocks(raw: bytes) -> tuple[list[RunBlock], int] | None:
     return blocks, lines
 
 
-def qrels_runs(raw: bytes) -> tuple[list[QrelsRun], int] | None:
+def qrels_runs(raw: memoryview) -> tuple[list[QrelsRun], int] | None:
     """Runs of consecutive same-query lines of a chunk of TREC qrels, and the
     number of lines; None when :func:`read_chunk` cannot read it or a grade is
     not a plain integer."""

@@ -46,9 +46,10 @@ def open_text(path: Path) -> TextIO:
 
 
 def open_binary(path: Path) -> BinaryIO:
-    """``path`` opened for reading bytes, or :class:`InputError` saying why not."""
+    """``path`` opened for reading bytes, unbuffered (reads go straight into the
+    bytes they return), or :class:`InputError` saying why not."""
     try:
-        return path.open("rb")
+        return path.open("rb", buffering=0)
     except OSError as error:
         raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
 

@@ -176,7 +176,7 @@ def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[_Block]:
         for raw in columnar.line_chunks(file, progress):
             fast = columnar.run_blocks(raw)
             if fast is None:
-                lines = decode_lines(path, raw, first)
+                lines = decode_lines(path, bytes(raw), first)
                 blocks = _blocks_of_checked_lines(path, first, lines)
                 first += len(lines)
             else:
