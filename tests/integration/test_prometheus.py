@@ -314,7 +314,8 @@ def test_judged_coverage_is_scored_over_scored_and_unjudged(live: LiveStack) -> 
 
 def test_throughput_counts_every_consumed_result(live: LiveStack) -> None:
     rates = live.prometheus.values("job:scorer_results:rate5m", ("outcome",))
-    assert set(rates) == {("scored",), ("unjudged",), ("deadletter",)}
+    assert set(rates) == {("scored",), ("unjudged",), ("deadletter",), ("duplicate",)}
+    assert rates[("duplicate",)] == 0  # no result was sent twice
     consumed = live.prometheus.values("job:scorer_inputs:rate5m", ("topic",))
     # Every result consumed ended scored, unjudged or dead-lettered (none parked now).
     assert math.isclose(consumed[("results",)], sum(rates.values()), rel_tol=RATE_TOLERANCE)
