@@ -42,6 +42,9 @@ QrelsRun = tuple[str, list[str], list[int]]
 _IS_ASCII_SPACE = np.zeros(256, dtype=bool)
 _IS_ASCII_SPACE[[0x09, 0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x1F]] = True
 """The ASCII bytes that ``str.split()`` splits on, besides space and the line ends."""
+_SHORTEST_RUNS = 8
+"""Lines of a chunk in runs of one (tag, qid) averaging at least this many are
+grouped in Python by run; otherwise by a vectorised hash of every line."""
 _NEWLINE = 0x0A
 _CARRIAGE_RETURN = 0x0D
 
@@ -83,8 +86,8 @@ def line_chunks(
     A chunk ends just after a ``\\n`` (or at the end of the file), so no line,
     ``\\r\\n`` or UTF-8 character is ever cut; the line that straddles two
     reads comes as a small chunk of its own, so that nothing big is copied.
-    A chunk is valid until the next is asked for. ``progress`` is told the
-    bytes read so far after each read's chunks have been dealt with.
+    ``progress`` is told the bytes read so far after each read's chunks have
+    been dealt with.
     """
     rest: list[bytes] = []  # the start of a line that straddles reads
     while True:
@@ -220,17 +223,24 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
         differs = pc.or_(pc.not_equal(qid[1:], qid[:-1]), pc.not_equal(tag[1:], tag[:-1]))
         change[1:] = differs.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(change)
-    run_keys = list(zip(tag.take(starts).to_pylist(), qid.take(starts).to_pylist(), strict=True))
-    group_of: dict[tuple[str, str], int] = {}
-    run_group = np.fromiter(
-        (group_of.setdefault(key, len(group_of)) for key in run_keys), np.int64, len(run_keys)
-    )
-    contiguous = len(group_of) == len(run_keys)
-    if contiguous and bool(np.all(change[1:] | (scores[:-1] > scores[1:]))):
-        # The usual file: each query's lines together, scores strictly descending.
-        keys: list[tuple[str, str]] = run_keys
+    if len(starts) * _SHORTEST_RUNS <= rows:
+        # Few runs: their keys in Python tell whether each (tag, qid) has one run.
+        run_keys = list(
+            zip(tag.take(starts).to_pylist(), qid.take(starts).to_pylist(), strict=True)
+        )
+        group_of: dict[tuple[str, str], int] = {}
+        run_group = np.fromiter(
+            (group_of.setdefault(key, len(group_of)) for key in run_keys), np.int64, len(run_keys)
+        )
+        if len(group_of) == len(run_keys) and bool(np.all(change[1:] | (scores[:-1] > scores[1:]))):
+            # The usual file: each query's lines together, scores strictly descending.
+            keys, group = run_keys, None
+        else:
+            keys = list(group_of)
+            group = np.repeat(run_group, np.diff(np.append(starts, rows)))
     else:
-        group = np.repeat(run_group, np.diff(np.append(starts, rows)))
+        keys, group = _groups(tag, qid)
+    if group is not None:
         order = pc.sort_indices(
             pa.table({"group": group, "score": scores, "docid": docid}),
             sort_keys=[("group", "ascending"), ("score", "descending"), ("docid", "descending")],
@@ -238,9 +248,7 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
         docid = docid.take(order)
         order_np = order.to_numpy()
         scores = scores[order_np]
-        group = group[order_np]
-        starts = np.flatnonzero(np.diff(group, prepend=-1))
-        keys = list(group_of)
+        starts = np.flatnonzero(np.diff(group[order_np], prepend=-1))
     bounds = np.append(starts, rows)
     # One string per query, to be split when its ranking is scored: far fewer
     # objects cross over than with docid.to_pylist(), and the strings are no
@@ -255,6 +263,22 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
         )
     ]
     return blocks, lines
+
+
+def _groups(tag: pa.Array, qid: pa.Array) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """The (tag, qid) keys in order of first appearance, and each row's index
+    among them, all vectorised (for lines of a query that are not together)."""
+    tags = pc.dictionary_encode(tag)
+    qids = pc.dictionary_encode(qid)
+    key = tags.indices.to_numpy().astype(np.int64) * len(qids.dictionary)
+    key += qids.indices.to_numpy()
+    _, first_row, row_key = np.unique(key, return_index=True, return_inverse=True)
+    by_appearance = np.argsort(first_row, kind="stable")
+    rank = np.empty_like(by_appearance)
+    rank[by_appearance] = np.arange(len(by_appearance))
+    firsts = first_row[by_appearance]
+    keys = list(zip(tag.take(firsts).to_pylist(), qid.take(firsts).to_pylist(), strict=True))
+    return keys, rank[row_key.reshape(-1)]
 
 
 def qrels_runs(raw: memoryview) -> tuple[list[QrelsRun], int] | None:

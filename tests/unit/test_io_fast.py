@@ -328,3 +328,21 @@ def test_non_ascii_spaces_are_every_one_str_split_knows() -> None:
         chr(code) for code in range(0x80, sys.maxunicode + 1) if len(f"a{chr(code)}b".split()) == 2
     ]
     assert "".join(splits) == columnar.NON_ASCII_SPACES
+
+
+def test_long_runs_of_a_query_apart_in_one_chunk_are_merged(tmp_path: Path) -> None:
+    # Runs of 10+ lines (grouped by run, not line by line), queries and tags recurring.
+    text = "".join(
+        f"q{q} Q0 d{(d * 7 + part) % 13} {d} {(d * 5) % 4} {tag}\n"
+        for part in range(3)
+        for q in range(5)
+        for tag in TAGS
+        for d in range(12)
+    )
+    raw = text.encode()
+    assert columnar.run_blocks(raw) is not None
+    assert read_run(write(tmp_path, "run.txt", text)) == oracle(text)
+    # One chunk: merged without InterleavedRun.
+    assert [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(tmp_path / "run.txt")] == (
+        oracle(text)
+    )
