@@ -340,7 +340,13 @@ NOTES = (
     "read exactly as `str.split` would (tabs, several spaces, a malformed line, a NaN "
     "score...) is read line by line instead, at the `scorer (line reader)` speed, which "
     "also names a bad line. pytrec_eval, ranx and ir-measures parse their files line by "
-    "line in Python."
+    "line in Python. (a) is the scoring alone: the same code as before the fast path.\n\n"
+    "This run file is grouped by query, as run files usually are. One that is not is read "
+    "right but slower: a query's lines within a chunk are grouped by a vectorised hash, "
+    "but lines of a query in two chunks make the streaming pass start again with the run "
+    "held in memory, merged and ordered in Python. Measured once, not by this script: the "
+    "20,000-query run (77 MB) with its lines shuffled took about 6 s end to end, against "
+    "1 s grouped and 96 s with the line reader."
 )
 """What the numbers mean; kept with the table when the section is regenerated."""
 
