@@ -93,10 +93,16 @@ def ideal_dcg(qrels: Mapping[str, int]) -> float:
     return _ideal_dcg([grade for grade in qrels.values() if grade >= 1])
 
 
-def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
+def _ideal_dcg(relevant_grades: Iterable[int], cutoff: int = NDCG_CUTOFF) -> float:
+    """DCG of ``relevant_grades`` sorted descending, cut at ``cutoff`` ranks."""
+    log2_ranks = (
+        _LOG2_RANK[:cutoff]
+        if cutoff <= NDCG_CUTOFF
+        else [math.log2(rank + 1) for rank in range(1, cutoff + 1)]
+    )
     total = 0.0
-    # zip stops at the shorter: the cut at 10 ranks.
-    for grade, log2_rank in zip(sorted(relevant_grades, reverse=True), _LOG2_RANK, strict=False):
+    # zip stops at the shorter: the cut at ``cutoff`` ranks.
+    for grade, log2_rank in zip(sorted(relevant_grades, reverse=True), log2_ranks, strict=False):
         total += (_GAINS[grade] if grade < len(_GAINS) else gain(grade)) / log2_rank
     return total
 
@@ -182,10 +188,7 @@ def ndcg_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
         if grade >= 1 and doc not in seen:
             dcg += gain(grade) / math.log2(index + 2)
         seen.add(doc)
-    best = sorted((grade for grade in qrels.values() if grade >= 1), reverse=True)[:k]
-    idcg = 0.0
-    for index, grade in enumerate(best):
-        idcg += gain(grade) / math.log2(index + 2)
+    idcg = _ideal_dcg([grade for grade in qrels.values() if grade >= 1], k)
     return dcg / idcg if idcg > 0 else 0.0
 
 

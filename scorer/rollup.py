@@ -11,7 +11,7 @@ variances would not.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -155,10 +155,3 @@ class RunRollup:
             },
         )
 
-
-def rollup_of(rows: Iterable[tuple[Sequence[float], Mapping[str, str] | None]]) -> RunRollup:
-    """A rollup of ``(metric values, facets)`` rows."""
-    rollup = RunRollup()
-    for values, facets in rows:
-        rollup.add(values, facets)
-    return rollup

@@ -27,11 +27,6 @@ class FileKind(StrEnum):
     TREC_RUN = "TREC run"
     RESULTS_JSONL = "JSONL results"
 
-    @property
-    def is_judgments(self) -> bool:
-        """True for the formats that hold qrels."""
-        return self in (FileKind.TREC_QRELS, FileKind.GOLDEN_JSONL)
-
 
 QRELS_COLUMNS = 4
 RUN_COLUMNS = 6

@@ -166,6 +166,6 @@ class Telemetry:
         self.deadletters.labels(topic, error_class).inc()
 
     def sample(self, name: str, labels: Mapping[str, str] | None = None) -> float:
-        """The current value of one sample (for /readyz and tests)."""
+        """The current value of one sample (0.0 when it has none yet)."""
         value = self.registry.get_sample_value(name, dict(labels or {}))
         return 0.0 if value is None else value
