@@ -23,9 +23,7 @@ router finds a run's owner) and the bounded ``run_queries`` table
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +34,7 @@ from faust.sensors.prometheus import setup_prometheus_sensors
 from scorer.settings import Settings
 from scorer.stream import core, runs
 from scorer.stream.telemetry import Telemetry
+from scorer.stream.transactions import Transactions
 from scorer.stream.web import register_views
 
 RAW = {"key_serializer": "raw", "value_serializer": "raw"}
@@ -120,78 +119,9 @@ def create_app(settings: Settings) -> Scorer:
 
     parked_count = 0
     expiring: set[str] = set()
-    between_events = asyncio.Lock()
-
-    def guard_exactly_once_commits() -> None:
-        """Make Faust's exactly_once commits match what was produced (once per consumer).
-
-        Faust snapshots the offsets of acked events, then commits each partition's
-        transaction while the agents go on sending into it: records of events
-        processed in between commit without their input's offset, and a crash then
-        delivers them twice. So a commit waits for the event in hand
-        (``one_at_a_time``). And table changelog writes still in Faust's send buffer
-        would miss the transaction that commits their input's offset (Faust flushes
-        that buffer before at-least-once commits only): they are flushed first.
-        """
-        consumer = app.consumer
-        if getattr(consumer, "_scorer_guarded", False):
-            return
-        commit, commit_transaction = consumer.commit, consumer.transactions.commit
-
-        async def commit_between_events(*args: Any, **kwargs: Any) -> bool:
-            async with between_events:
-                return await commit(*args, **kwargs)
-
-        async def commit_with_changelog(offsets: Any, start_new_transaction: bool = True) -> bool:
-            await app.producer.buffer.flush()
-            return await commit_transaction(offsets, start_new_transaction=start_new_transaction)
-
-        consumer.commit = commit_between_events
-        consumer.transactions.commit = commit_with_changelog
-        consumer._scorer_guarded = True
-
-    async def one_at_a_time(stream: Any) -> AsyncIterator[Any]:
-        """The stream's events; under exactly_once no commit happens while one is
-        processed (the ack runs, without yielding, when the next event is asked for)."""
-        if not app.in_transaction:
-            async for event in stream.events():
-                yield event
-            return
-        guard_exactly_once_commits()
-        async for event in stream.events():
-            async with between_events:
-                yield event
-
-    async def send_output(
-        topic: Any,
-        source: runs.SourcePosition,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Send a record that the input event at ``source`` produced.
-
-        Under exactly_once the record joins the transaction of the input's
-        partition, so it commits (or aborts) with the input's offset. Faust's own
-        ``topic.send`` picks the transaction of the destination partition instead:
-        records for topics the worker does not consume (scored, dead letters) then
-        go out outside any transaction, and rollup records (keyed by run id) in
-        another partition's transaction, which fails when another worker owns it.
-        """
-        if not app.in_transaction:
-            await topic.send(key=key, value=value, headers=headers)
-            return
-        group = app.assignor.group_for_topic(source.topic)
-        transactional_id = f"{app.conf.id}-{group}-{source.partition}"
-        await app.producer.send(
-            topic.get_topic_name(),
-            key,
-            value,
-            None,  # partition: the destination topic's partitioner decides
-            None,  # timestamp: now
-            headers,
-            transactional_id=transactional_id,
-        )
+    transactions = Transactions(app)
+    one_at_a_time = transactions.events
+    send_output = transactions.send
 
     async def dead_letter(event: Any, error: core.RejectedEvent, input_name: str) -> None:
         message = event.message
