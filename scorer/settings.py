@@ -94,6 +94,15 @@ class Settings(BaseSettings):
     rollup_batch_seconds: float = Field(
         0.2, gt=0, le=60, description="Longest wait for a rollup batch to fill."
     )
+    rollup_dedupe_seconds: float = Field(
+        900.0,
+        ge=0,
+        le=7 * 86_400,
+        description=(
+            "How long a run remembers the resultIds it counted, so that a result its "
+            "producer sent twice is counted once; 0 turns the check off."
+        ),
+    )
     producer_linger_seconds: float = Field(
         0.005, ge=0, le=1, description="Producer linger: batches sends into fewer requests."
     )

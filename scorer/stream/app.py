@@ -115,7 +115,11 @@ def create_app(settings: Settings) -> Scorer:
         "rollups", default=None, partitions=settings.partitions, key_type=bytes
     )
     run_queries_table = app.Table("run_queries", default=None, partitions=settings.partitions)
+    # Where each run counted each resultId, for ``rollup_dedupe_seconds`` (runs.RunBatch).
+    seen_table = app.Table("rollup_seen", default=None, partitions=settings.partitions)
+    dedupe = settings.rollup_dedupe_seconds
     telemetry.judged_queries.set_function(lambda: len(qrels_table))
+    telemetry.rollup_seen_ids.set_function(lambda: len(seen_table))
 
     parked_count = 0
     expiring: set[str] = set()
@@ -246,6 +250,8 @@ def create_app(settings: Settings) -> Scorer:
             telemetry.parked.set(parked_count)
             telemetry.count_unjudged(len(expired))
 
+    next_seen_sweep: dict[int, float] = {}
+
     @app.agent(rollup_topic, concurrency=1)
     async def roll_up(stream: Any) -> None:
         # Batched: each run's state is read, decoded and written (one changelog
@@ -258,13 +264,19 @@ def create_app(settings: Settings) -> Scorer:
             by_partition: dict[int, list[Any]] = {}
             for event in events:
                 by_partition.setdefault(event.message.partition, []).append(event)
-            now = datetime.now(UTC).isoformat()
-            for partition_events in by_partition.values():
+            now = time.time()
+            updated_at = datetime.fromtimestamp(now, UTC).isoformat()
+            for partition, partition_events in by_partition.items():
                 # Table writes go to the changelog partition of the current event;
                 # every run here lives in this partition (the topic is keyed by run).
                 stream._set_current_event(partition_events[-1])
                 batch = runs.RunBatch(
-                    rollup_table.get, run_queries_table.get, settings.rollup_max_queries
+                    rollup_table.get,
+                    run_queries_table.get,
+                    settings.rollup_max_queries,
+                    load_seen=seen_table.get if dedupe else None,
+                    partition=partition,
+                    now=now,
                 )
                 for event in partition_events:
                     message = event.message
@@ -272,10 +284,24 @@ def create_app(settings: Settings) -> Scorer:
                     batch.add(message.key, message.value, position)
                 for key, entry in batch.queries.items():
                     run_queries_table[key] = entry
-                for key, state in batch.finish(now).items():
+                for key, seen in batch.seen.items():
+                    seen_table[key] = seen
+                for key, state in batch.finish(updated_at).items():
                     rollup_table[key] = state
                 if batch.duplicates:
                     telemetry.rollup_duplicates.inc(batch.duplicates)
+                if batch.resent:
+                    telemetry.rollup_resent.inc(batch.resent)
+                if dedupe and now >= next_seen_sweep.get(partition, 0.0):
+                    next_seen_sweep[partition] = now + max(1.0, dedupe / 4)
+                    forget_seen(partition, now - dedupe)
+
+    def forget_seen(partition: int, before: float) -> None:
+        """Drop this partition's ``seen`` entries recorded before ``before`` (called
+        with an event of that partition current, so the deletes reach its changelog)."""
+        mine = ((key, entry) for key, entry in seen_table.items() if entry[4] == partition)
+        for key in runs.expired_seen(mine, before):
+            seen_table.pop(key, None)
 
     @app.timer(interval=min(1.0, settings.parking_ttl_seconds / 4))
     async def sweep_parked() -> None:

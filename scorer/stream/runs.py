@@ -1,7 +1,7 @@
 """Per-run rollups of the scored stream: pure state transitions, no Faust.
 
 The worker repartitions scored records by run id and folds each into its
-run's state (a changelog-backed table value). Two things make the counts
+run's state (a changelog-backed table value). Three things make the counts
 exact under at-least-once delivery:
 
 - every scored record carries the position of the input event that produced
@@ -9,13 +9,20 @@ exact under at-least-once delivery:
   highest position folded in. Records are produced in input order per input
   partition, so a redelivered record is at or below that watermark and is
   dropped, whatever the crash.
+- a result sent twice by its producer (a retry after a timeout: same
+  resultId, new offset) is caught by resultId: for ``window`` seconds the run
+  remembers where each resultId was counted (a ``seen`` table entry
+  ``[stream, offset, seq, seenAt, partition]``). The entry is a separate
+  changelog record from the run state, so it counts only when the run state
+  includes it (the run's watermark is at or past the entry's position): an
+  entry whose run-state write was lost in a crash does not block the recount.
 - per-query scores, for paired comparisons, are folded the same way and are
   bounded: at most ``max_queries`` distinct queries per run are tracked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,9 +91,18 @@ class RunBatch:
     load_run: Callable[[bytes], dict[str, Any] | None]
     load_query: Callable[[str], list[float] | None]
     max_queries: int
+    load_seen: Callable[[str], list[Any] | None] | None = None
+    """Reads the ``seen`` table; None turns the resultId check off."""
+    partition: int = 0
+    """The rollup partition of this batch, stamped on ``seen`` entries."""
+    now: float = 0.0
     runs: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     queries: dict[str, list[float]] = field(default_factory=dict)
+    seen: dict[str, list[Any]] = field(default_factory=dict)
     duplicates: int = 0
+    """Records dropped as redelivered (at or below the run's watermark)."""
+    resent: int = 0
+    """Records dropped because their resultId was already counted in the run."""
     _rollups: dict[bytes, RunRollup] = field(default_factory=dict)
     _changed: set[bytes] = field(default_factory=set)
 
@@ -101,6 +117,22 @@ class RunBatch:
             self.duplicates += 1
             return False
         scored = orjson.loads(raw)
+        if self.load_seen is not None:
+            seen_key = query_key(scored["runId"], scored["resultId"])
+            earlier = self.seen[seen_key] if seen_key in self.seen else self.load_seen(seen_key)
+            if earlier is not None and counted_in(state, earlier):
+                # Its own redelivery must still be dropped by the watermark.
+                state["watermarks"][position.stream] = [position.offset, position.seq]
+                self._changed.add(run_key)
+                self.resent += 1
+                return False
+            self.seen[seen_key] = [
+                position.stream,
+                position.offset,
+                position.seq,
+                self.now,
+                self.partition,
+            ]
         values = metric_values(scored)
         key = query_key(scored["runId"], scored["queryId"])
         tracked = self.queries[key] if key in self.queries else self.load_query(key)
@@ -123,6 +155,19 @@ class RunBatch:
             state["updatedAt"] = updated_at
             changed[run_key] = state
         return changed
+
+
+def counted_in(state: Mapping[str, Any], seen: list[Any]) -> bool:
+    """True when the run state includes the record a ``seen`` entry names: the run's
+    watermark for that entry's input partition is at or past its position."""
+    stream, offset, seq = seen[0], seen[1], seen[2]
+    mark = state["watermarks"].get(stream)
+    return mark is not None and (offset, seq) <= tuple(mark)
+
+
+def expired_seen(entries: Iterable[tuple[str, list[Any]]], before: float) -> list[str]:
+    """Keys of ``seen`` entries recorded before ``before`` (epoch seconds)."""
+    return [key for key, entry in entries if entry[3] < before]
 
 
 def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:

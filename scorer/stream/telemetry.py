@@ -16,7 +16,10 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   deleted, deadletter. ``scorer_judged_queries``: queries in this worker's table.
 - ``scorer_deadletters_total{topic, error}``: dead letters by input and error class.
 - ``scorer_rollup_duplicates_total``: redelivered scored records that the run
-  rollups recognised and dropped (at-least-once only).
+  rollups recognised and dropped (at-least-once only);
+  ``scorer_rollup_resent_total``: scored records dropped because their run had
+  already counted their resultId (a producer's retry: same result, new offset);
+  ``scorer_rollup_seen_ids``: resultIds the rollups remember for that check.
 - ``scorer_scoring_latency_seconds``: from consuming a result to handing its
   scored record to the producer. ``scorer_result_age_seconds``: from the
   record's Kafka timestamp to scoring (end-to-end delay, lag included).
@@ -121,6 +124,17 @@ class Telemetry:
         self.rollup_duplicates = Counter(
             "scorer_rollup_duplicates",
             "Redelivered scored records the run rollups dropped.",
+            registry=self.registry,
+        )
+        self.rollup_resent = Counter(
+            "scorer_rollup_resent",
+            "Scored records the run rollups dropped because the run had already "
+            "counted their resultId (a result its producer sent twice).",
+            registry=self.registry,
+        )
+        self.rollup_seen_ids = Gauge(
+            "scorer_rollup_seen_ids",
+            "ResultIds this worker's run rollups remember (SCORER_ROLLUP_DEDUPE_SECONDS).",
             registry=self.registry,
         )
         self.latency = Histogram(

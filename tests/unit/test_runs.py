@@ -1,0 +1,156 @@
+"""Run rollups folded from scored records (scorer.stream.runs), without Kafka:
+each result counts once whether its record is redelivered (same position) or
+its producer sent it twice (same resultId, new position), and a ``seen`` entry
+whose run-state write was lost in a crash does not block the recount."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from scorer.stream import runs
+from scorer.stream.runs import RunBatch, SourcePosition
+
+
+def record(result_id: str, ndcg: float, run: str = "run-a", query: str = "q1") -> bytes:
+    metrics = {"recallAtK": 1.0, "precisionAtK": 0.5, "ndcgAt10": ndcg, "mrr": 1.0, "hitAtK": 1.0}
+    return orjson.dumps(
+        {
+            "resultId": result_id,
+            "runId": run,
+            "queryId": query,
+            "facets": {"type": "faq"},
+            "retrievalMetrics": metrics,
+        }
+    )
+
+
+class Tables:
+    """Dict-backed stand-ins for the three tables, written the way the agent writes them."""
+
+    def __init__(self) -> None:
+        self.rollups: dict[bytes, dict[str, Any]] = {}
+        self.queries: dict[str, list[float]] = {}
+        self.seen: dict[str, list[Any]] = {}
+
+    def batch(self, now: float = 1000.0, dedupe: bool = True) -> RunBatch:
+        return RunBatch(
+            self.rollups.get,
+            self.queries.get,
+            max_queries=100,
+            load_seen=self.seen.get if dedupe else None,
+            partition=3,
+            now=now,
+        )
+
+    def fold(
+        self, records: list[tuple[bytes, SourcePosition]], now: float = 1000.0, **kwargs: Any
+    ) -> RunBatch:
+        batch = self.batch(now, **kwargs)
+        for raw, position in records:
+            batch.add(b"run-a", raw, position)
+        self.queries.update(batch.queries)
+        self.seen.update(batch.seen)
+        # Through JSON, as the table's changelog would keep them.
+        for key, state in batch.finish("t").items():
+            self.rollups[key] = orjson.loads(orjson.dumps(state))
+        return batch
+
+    def count(self) -> int:
+        return runs.run_document("run-a", self.rollups[b"run-a"], 100)["count"]
+
+    def ndcg(self) -> float:
+        return runs.run_document("run-a", self.rollups[b"run-a"], 100)["metrics"]["ndcgAt10"]
+
+
+def at(offset: int, partition: int = 0, seq: int = 0) -> SourcePosition:
+    return SourcePosition("results", partition, offset, seq)
+
+
+def test_a_redelivered_record_is_dropped_by_the_watermark() -> None:
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5)), (record("r2", 0.4), at(6))])
+    again = tables.fold([(record("r2", 0.4), at(6)), (record("r3", 0.9), at(7))])
+    assert (again.duplicates, again.resent) == (1, 0)
+    assert tables.count() == 3
+    assert tables.ndcg() == pytest.approx((0.2 + 0.4 + 0.9) / 3)
+
+
+@pytest.mark.parametrize("same_batch", [True, False])
+def test_a_result_its_producer_sent_twice_counts_once(same_batch: bool) -> None:
+    tables = Tables()
+    first = [(record("r1", 0.2), at(5)), (record("r2", 0.4), at(6))]
+    resend = [(record("r1", 0.2), at(9)), (record("r4", 1.0), at(10))]
+    if same_batch:
+        batches = [tables.fold(first + resend)]
+    else:
+        batches = [tables.fold(first), tables.fold(resend)]
+    assert sum(b.resent for b in batches) == 1
+    assert tables.count() == 3
+    assert tables.ndcg() == pytest.approx((0.2 + 0.4 + 1.0) / 3)
+    # The resend's own redelivery is dropped too (the watermark moved past it).
+    again = tables.fold([(record("r1", 0.2), at(9))])
+    assert (again.duplicates, again.resent) == (1, 0)
+    assert tables.count() == 3
+
+
+def test_a_resend_from_another_input_partition_counts_once() -> None:
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5, partition=0))])
+    batch = tables.fold([(record("r1", 0.2), at(2, partition=1))])
+    assert batch.resent == 1 and tables.count() == 1
+
+
+def test_the_same_result_id_in_two_runs_counts_in_each() -> None:
+    tables = Tables()
+    batch = tables.batch()
+    assert batch.add(b"run-a", record("r1", 0.2, run="run-a"), at(1))
+    assert batch.add(b"run-b", record("r1", 0.3, run="run-b"), at(2))
+    assert batch.resent == 0 and len(batch.seen) == 2
+
+
+def test_a_seen_entry_whose_run_state_was_lost_does_not_block_the_recount() -> None:
+    """A crash wrote the ``seen`` entries of a batch but not its run state (separate
+    changelog records): the redelivered records must count, once."""
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5))])
+    before_crash = {key: orjson.loads(orjson.dumps(v)) for key, v in tables.rollups.items()}
+    tables.fold([(record("r2", 0.4), at(6)), (record("r3", 0.6), at(7))])
+    tables.rollups = before_crash  # the run-state write of the second batch was lost
+    assert tables.count() == 1 and "run-a\x1fr2" in tables.seen
+    batch = tables.fold([(record("r2", 0.4), at(6)), (record("r3", 0.6), at(7))])
+    assert (batch.duplicates, batch.resent) == (0, 0)
+    assert tables.count() == 3
+    assert tables.ndcg() == pytest.approx((0.2 + 0.4 + 0.6) / 3)
+
+
+def test_seen_entries_name_where_and_when_they_were_counted() -> None:
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5, partition=2, seq=1))], now=1234.5)
+    assert tables.seen == {"run-a\x1fr1": ["results/2", 5, 1, 1234.5, 3]}
+
+
+def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
+    entries = [("a", ["results/0", 1, 0, 10.0, 0]), ("b", ["results/0", 2, 0, 20.0, 0])]
+    assert runs.expired_seen(entries, before=15.0) == ["a"]
+    assert runs.expired_seen(entries, before=10.0) == []
+
+
+def test_after_the_window_a_resend_counts_again() -> None:
+    """The check is bounded in time: once its ``seen`` entry is forgotten, a resend
+    is indistinguishable from a new result (documented, SCORER_ROLLUP_DEDUPE_SECONDS)."""
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5))], now=0.0)
+    for key in runs.expired_seen(list(tables.seen.items()), before=900.0):
+        del tables.seen[key]
+    batch = tables.fold([(record("r1", 0.2), at(9))], now=901.0)
+    assert batch.resent == 0 and tables.count() == 2
+
+
+def test_with_the_check_off_nothing_is_remembered() -> None:
+    tables = Tables()
+    first = tables.fold([(record("r1", 0.2), at(5))], dedupe=False)
+    second = tables.fold([(record("r1", 0.2), at(9))], dedupe=False)
+    assert first.seen == {} and second.resent == 0 and tables.count() == 2
