@@ -157,6 +157,27 @@ def test_rollups_survive_a_restart_without_double_counting(settings, workers, tr
         assert_close(document["metrics"], expected[run].summary()["metrics"])
 
 
+def test_results_their_producer_sent_again_count_once(settings, workers, traffic):
+    """The same results replayed (same resultIds, new offsets: a producer's retry)
+    are scored again but not counted again in the run rollups."""
+    demo, results, _, _ = traffic
+    before = {run: api(workers[0], f"/api/v1/evals/runs/{run}/metrics")[1] for run in RUNS}
+    resent = results[-60:]
+    replay(settings, "--results", write_jsonl(settings.state_dir / "resent.jsonl", resent))
+
+    def dropped() -> float:
+        return sum(worker.metric("scorer_rollup_resent_total") for worker in workers)
+
+    wait_for(lambda: dropped() >= len(resent), 60, "resent results recognised")
+    time.sleep(1)
+    assert dropped() == len(resent)
+    expected = expected_rollups(demo, results)
+    for run in RUNS:
+        document = api(workers[1], f"/api/v1/evals/runs/{run}/metrics")[1]
+        assert document["count"] == before[run]["count"] == expected[run].summary()["count"]
+        assert_close(document["metrics"], expected[run].summary()["metrics"])
+
+
 def test_errors_answer_as_specified(workers):
     status, body = api(workers[0], "/api/v1/evals/runs/no-such-run/metrics")
     assert (status, body["status"]) == (404, 404)
