@@ -2,7 +2,7 @@
 
 Under ``processing_guarantee=exactly_once`` Faust runs one transactional
 producer per input partition and commits each partition's consumed offsets in
-that partition's transaction. Two gaps in Faust 0.15.3 are closed here:
+that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
 
 - Faust snapshots the offsets of acked events, then commits each partition's
   transaction while the agents go on sending into it: records of events
@@ -14,17 +14,33 @@ that partition's transaction. Two gaps in Faust 0.15.3 are closed here:
   letters) would go out outside any transaction, and rollup records (keyed by
   run id) in another partition's transaction. :meth:`Transactions.send` puts
   a record in the transaction of the input that produced it.
+- After a rebalance (every start is one) Faust resumes the input partitions
+  *before* it seeks them to their committed offsets, so the first events are
+  processed, then fetched again from the committed offset. Faust drops the
+  refetched events below the last one it read but delivers that last one a
+  second time; and it books the refetched range as a gap in its acked offsets,
+  after which its commits advance one offset at a time while the processing
+  runs far ahead. Those transactions commit the records of thousands of events
+  with an offset far behind them: a SIGKILL then delivers all of them again
+  (measured: 230 duplicates in one run). So the transactions record, per input
+  partition, the last event processed whose records are in the current
+  transactional producer; an event at or below it is not processed again, and
+  every commit carries the offset after it (:meth:`Transactions.events`,
+  ``commit_with_processed``).
 
-Under at-least-once both are plain pass-throughs.
+Under at-least-once all of this is a plain pass-through.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from scorer.stream.runs import SourcePosition
+
+logger = logging.getLogger(__name__)
 
 
 class Transactions:
@@ -33,14 +49,66 @@ class Transactions:
     def __init__(self, app: Any) -> None:
         self.app = app
         self._between_events = asyncio.Lock()
+        # Input partition -> (transactional producer, offset of the last event
+        # processed whose records went to that producer).
+        self._processed: dict[Any, tuple[Any, int]] = {}
+        # Input partition -> the offset this module last added to a commit.
+        self._committed: dict[Any, int] = {}
+        self.redelivered = 0
+        """Events not processed again: already in this producer's transactions."""
+
+    def _transactional_id(self, topic: str, partition: int) -> str:
+        """Faust's transactional id of an input partition."""
+        group = self.app.assignor.group_for_topic(topic)
+        return f"{self.app.conf.id}-{group}-{partition}"
+
+    def _producer_for(self, topic: str, partition: int) -> Any:
+        """The transactional producer (aiokafka) that holds the open transaction of an
+        input partition, or None. Faust replaces it on a rebalance that moves the
+        partition: the old one's open transaction is then aborted (fenced)."""
+        producers = getattr(self.app.producer, "_transaction_producers", {})
+        return producers.get(self._transactional_id(topic, partition))
+
+    def _in_transaction(self, topic: str, partition: int) -> bool:
+        """Whether an input partition's transactional producer has a transaction open."""
+        txn_manager = getattr(self._producer_for(topic, partition), "_txn_manager", None)
+        return txn_manager is not None and txn_manager.is_in_transaction()
+
+    def _with_processed(self, offsets: Mapping[Any, int]) -> dict[Any, int]:
+        """``offsets`` (Faust's, from its acked events) raised to the offset after the
+        last event processed in each input partition's current transaction.
+
+        Partitions without an open transaction are left out: Faust ends them all
+        when it stops, then its commit timer may still fire, and committing
+        offsets outside a transaction is impossible (aiokafka raises, which
+        crashed the consumer on shutdown)."""
+        merged = {
+            tp: offset
+            for tp, offset in offsets.items()
+            if self._in_transaction(tp.topic, tp.partition)
+        }
+        if len(merged) < len(offsets):
+            left_out = {tp: offset for tp, offset in offsets.items() if tp not in merged}
+            logger.info("No transaction open: offsets not committed %r", left_out)
+        assigned = self.app.consumer.assignment()
+        for tp, (producer, offset) in self._processed.items():
+            if tp not in assigned or producer is not self._producer_for(tp.topic, tp.partition):
+                continue
+            if not self._in_transaction(tp.topic, tp.partition):
+                continue
+            if tp not in merged and self._committed.get(tp) == offset + 1:
+                continue  # nothing new since the last commit
+            merged[tp] = max(merged.get(tp, 0), offset + 1)
+        return merged
 
     def _guard_commits(self) -> None:
         """Make Faust's exactly_once commits match what was produced (once per consumer).
 
-        A commit waits for the event in hand; and table changelog writes still in
+        A commit waits for the event in hand; table changelog writes still in
         Faust's send buffer, which would miss the transaction that commits their
         input's offset (Faust flushes that buffer before at-least-once commits
-        only), are flushed first.
+        only), are flushed first; and each partition's transaction commits the
+        offset after the last event whose records it holds.
         """
         app = self.app
         consumer = app.consumer
@@ -53,25 +121,52 @@ class Transactions:
             async with between_events:
                 return await commit(*args, **kwargs)
 
-        async def commit_with_changelog(offsets: Any, start_new_transaction: bool = True) -> bool:
+        async def commit_with_processed(
+            offsets: Mapping[Any, int], start_new_transaction: bool = True
+        ) -> bool:
             await app.producer.buffer.flush()
-            return await commit_transaction(offsets, start_new_transaction=start_new_transaction)
+            merged = self._with_processed(offsets)
+            committed = await commit_transaction(
+                merged, start_new_transaction=start_new_transaction
+            )
+            self._committed.update(merged)
+            return committed
 
         consumer.commit = commit_between_events
-        consumer.transactions.commit = commit_with_changelog
+        consumer.transactions.commit = commit_with_processed
         consumer._scorer_guarded = True
 
     async def events(self, stream: Any) -> AsyncIterator[Any]:
         """The stream's events; under exactly_once no commit happens while one is
-        processed (the ack runs, without yielding, when the next event is asked for)."""
+        processed (the ack runs, without yielding, when the next event is asked for),
+        and an event already processed in the current transactions is skipped."""
         if not self.app.in_transaction:
             async for event in stream.events():
                 yield event
             return
         self._guard_commits()
+        processed = self._processed
         async for event in stream.events():
             async with self._between_events:
+                message = event.message
+                tp, offset = message.tp, message.offset
+                producer = self._producer_for(message.topic, message.partition)
+                last = processed.get(tp)
+                if last is not None and last[0] is producer and offset <= last[1]:
+                    self.redelivered += 1
+                    logger.info(
+                        "Not processing %s/%s offset %s again: its records are in the "
+                        "current transaction (last processed %s)",
+                        message.topic,
+                        message.partition,
+                        offset,
+                        last[1],
+                    )
+                    continue
                 yield event
+                # Only once the agent asks for the next one: the event's records are sent.
+                if producer is not None:
+                    processed[tp] = (producer, offset)
 
     async def send(
         self,
@@ -87,8 +182,6 @@ class Transactions:
         if not app.in_transaction:
             await topic.send(key=key, value=value, headers=headers)
             return
-        group = app.assignor.group_for_topic(source.topic)
-        transactional_id = f"{app.conf.id}-{group}-{source.partition}"
         await app.producer.send(
             topic.get_topic_name(),
             key,
@@ -96,5 +189,5 @@ class Transactions:
             None,  # partition: the destination topic's partitioner decides
             None,  # timestamp: now
             headers,
-            transactional_id=transactional_id,
+            transactional_id=self._transactional_id(source.topic, source.partition),
         )

@@ -1,0 +1,280 @@
+"""The exactly_once plumbing (scorer.stream.transactions) against stand-ins for
+Faust's app, consumer and transactional producers, without Kafka: an event already
+processed in the current transaction is not processed again, every commit carries
+the offset after the last event whose records are in the transaction (whatever
+Faust's acked offsets say), and a commit waits for the event in hand."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from scorer.stream.transactions import Transactions
+
+RESULTS = "results"
+
+
+class TxnManager:
+    def __init__(self) -> None:
+        self.in_transaction = True
+
+    def is_in_transaction(self) -> bool:
+        return self.in_transaction
+
+
+class TxnProducer:
+    """Stands in for one aiokafka transactional producer."""
+
+    def __init__(self) -> None:
+        self._txn_manager = TxnManager()
+
+
+class Buffer:
+    async def flush(self) -> None:
+        pass
+
+
+class Producer:
+    """Faust's producer: transactional producers by transactional id."""
+
+    def __init__(self) -> None:
+        self._transaction_producers: dict[str, TxnProducer] = {}
+        self.buffer = Buffer()
+        self.sent: list[tuple[str, bytes | None, str | None]] = []
+
+    async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
+        self.sent.append((topic, value, transactional_id))
+
+
+class Consumer:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.assigned = {TP(RESULTS, p) for p in range(2)}
+        self.commits: list[dict[TP, int]] = []
+        self.transactions = SimpleNamespace(commit=self._transactions_commit)
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    async def commit(self, offsets: dict[TP, int] | None = None) -> bool:
+        """Faust's commit: its acked offsets, committed in the transactions."""
+        return await self.transactions.commit(offsets or {})
+
+    async def _transactions_commit(self, offsets, start_new_transaction: bool = True) -> bool:
+        self.commits.append(dict(offsets))
+        return True
+
+
+@dataclass
+class App:
+    in_transaction: bool = True
+    producer: Producer = field(default_factory=Producer)
+    conf: Any = field(default_factory=lambda: SimpleNamespace(id="app"))
+    assignor: Any = field(default_factory=lambda: SimpleNamespace(group_for_topic=lambda t: 1))
+    consumer: Any = None
+
+    def __post_init__(self) -> None:
+        self.consumer = Consumer(self)
+        for partition in range(2):
+            self.producer._transaction_producers[f"app-1-{partition}"] = TxnProducer()
+
+    def replace_producer(self, partition: int) -> None:
+        """What a rebalance that moves the partition does: a new transactional producer."""
+        self.producer._transaction_producers[f"app-1-{partition}"] = TxnProducer()
+
+
+def event(partition: int, offset: int) -> Any:
+    message = SimpleNamespace(
+        topic=RESULTS, partition=partition, offset=offset, tp=TP(RESULTS, partition)
+    )
+    return SimpleNamespace(message=message)
+
+
+class Stream:
+    """Yields the events it is given; ``events()`` as Faust's stream does."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        for item in events:
+            self.queue.put_nowait(item)
+
+    async def events(self) -> AsyncIterator[Any]:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                return
+            yield item
+
+
+async def processed(transactions: Transactions, stream: Stream) -> list[tuple[int, int]]:
+    seen = []
+    async for item in transactions.events(stream):
+        seen.append((item.message.partition, item.message.offset))
+    return seen
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_an_event_fetched_again_is_not_processed_again() -> None:
+    # Faust delivers the last event read before its seek to the committed offset twice.
+    async def scenario() -> tuple[list, int]:
+        transactions = Transactions(App())
+        stream = Stream([event(0, 5), event(0, 6), event(0, 6), event(0, 7), None])
+        return await processed(transactions, stream), transactions.redelivered
+
+    seen, redelivered = run(scenario())
+    assert seen == [(0, 5), (0, 6), (0, 7)]
+    assert redelivered == 1
+
+
+def test_a_new_transactional_producer_means_the_events_are_processed_again() -> None:
+    # The partition moved: the old producer's open transaction is aborted (fenced),
+    # so what it held must be produced again.
+    async def scenario() -> list:
+        app = App()
+        transactions = Transactions(app)
+        stream = Stream([event(0, 5), event(0, 6)])
+        seen = []
+        agen = transactions.events(stream)
+        seen.append((await agen.__anext__()).message.offset)
+        seen.append((await agen.__anext__()).message.offset)
+        app.replace_producer(0)
+        stream.queue.put_nowait(event(0, 6))
+        stream.queue.put_nowait(None)
+        seen.extend([e.message.offset async for e in agen])
+        return seen
+
+    assert run(scenario()) == [5, 6, 6]
+
+
+def test_a_commit_carries_the_offset_after_the_last_event_processed() -> None:
+    async def scenario() -> list[dict[TP, int]]:
+        app = App()
+        transactions = Transactions(app)
+        stream = Stream([event(0, 10), event(0, 11), event(1, 3)])
+        agen = transactions.events(stream)
+        for _ in range(3):
+            await agen.__anext__()
+        # Faust's acked offsets lag behind (partition 0) or are ahead (partition 1).
+        commit = asyncio.create_task(app.consumer.commit({TP(RESULTS, 0): 10, TP(RESULTS, 1): 9}))
+        await asyncio.sleep(0.01)
+        assert not commit.done()  # event (1, 3) is in hand
+        await agen.aclose()  # ... and its processing fails
+        await commit
+        return app.consumer.commits
+
+    commits = run(scenario())
+    # Event (1, 3) was still in hand: its offset is not committed yet, but Faust's is kept.
+    assert commits == [{TP(RESULTS, 0): 12, TP(RESULTS, 1): 9}]
+
+
+def test_a_commit_leaves_out_partitions_moved_away_or_without_news() -> None:
+    async def scenario() -> list[dict[TP, int]]:
+        app = App()
+        transactions = Transactions(app)
+        stream = Stream([event(0, 10), event(1, 3), None])
+        await processed(transactions, stream)
+        await app.consumer.commit()
+        await app.consumer.commit()  # nothing new: no transaction to commit
+        app.replace_producer(1)
+        stream = Stream([event(0, 11), None])
+        await processed(transactions, stream)
+        await app.consumer.commit()
+        app.consumer.assigned = {TP(RESULTS, 1)}
+        await app.consumer.commit()
+        return app.consumer.commits
+
+    commits = run(scenario())
+    assert commits == [
+        {TP(RESULTS, 0): 11, TP(RESULTS, 1): 4},
+        {},
+        {TP(RESULTS, 0): 12},
+        {},
+    ]
+
+
+def test_no_offsets_are_committed_outside_a_transaction() -> None:
+    # Faust ends every transaction when it stops; its commit timer may fire after that.
+    async def scenario() -> list[dict[TP, int]]:
+        app = App()
+        transactions = Transactions(app)
+        await processed(transactions, Stream([event(0, 10), event(1, 3), None]))
+        app.producer._transaction_producers["app-1-1"]._txn_manager.in_transaction = False
+        await app.consumer.commit({TP(RESULTS, 0): 11, TP(RESULTS, 1): 4})
+        return app.consumer.commits
+
+    assert run(scenario()) == [{TP(RESULTS, 0): 11}]
+
+
+def test_an_event_whose_processing_failed_is_not_marked_processed() -> None:
+    async def scenario() -> list[dict[TP, int]]:
+        app = App()
+        transactions = Transactions(app)
+        stream = Stream([event(0, 10), event(0, 11)])
+        agen = transactions.events(stream)
+        await agen.__anext__()
+        await agen.__anext__()  # event 10 done, event 11 in hand
+        await agen.aclose()  # the agent raised while processing event 11
+        await app.consumer.commit()
+        return app.consumer.commits
+
+    assert run(scenario()) == [{TP(RESULTS, 0): 11}]
+
+
+def test_a_commit_waits_for_the_event_in_hand() -> None:
+    async def scenario() -> list[str]:
+        app = App()
+        transactions = Transactions(app)
+        order: list[str] = []
+        stream = Stream([event(0, 1), None])
+
+        async def agent() -> None:
+            async for _ in transactions.events(stream):
+                order.append("event starts")
+                await asyncio.sleep(0.05)
+                order.append("event ends")
+
+        async def committer() -> None:
+            await asyncio.sleep(0.01)
+            await app.consumer.commit()
+            order.append("committed")
+
+        task = asyncio.create_task(agent())
+        await asyncio.sleep(0)  # the agent installs the guard with its first event
+        await committer()
+        await task
+        return order
+
+    assert run(scenario()) == ["event starts", "event ends", "committed"]
+
+
+def test_outputs_go_to_the_transaction_of_their_input() -> None:
+    from scorer.stream.runs import SourcePosition
+
+    async def scenario() -> list:
+        app = App()
+        transactions = Transactions(app)
+        topic = SimpleNamespace(get_topic_name=lambda: "scored")
+        await transactions.send(topic, SourcePosition(RESULTS, 1, 7), b"k", b"v")
+        return app.producer.sent
+
+    assert run(scenario()) == [("scored", b"v", "app-1-1")]
+
+
+def test_at_least_once_passes_everything_through() -> None:
+    async def scenario() -> tuple[list, list]:
+        app = App(in_transaction=False)
+        transactions = Transactions(app)
+        stream = Stream([event(0, 5), event(0, 5), None])
+        return await processed(transactions, stream), app.consumer.commits
+
+    seen, commits = run(scenario())
+    assert seen == [(0, 5), (0, 5)]
+    assert commits == []
