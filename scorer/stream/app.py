@@ -14,10 +14,13 @@ the results and qrels topics:
   internal topic, on the query's own partition, and an agent there moves the
   expired items to unjudged.
 
-Run rollups: every scored record is also sent to the rollup topic keyed by
-run id, with the position of the input that produced it; an agent there folds
-it into the ``rollups`` table (keyed by run id, raw keys so that the web
-router finds a run's owner) and the bounded ``run_queries`` table
+Run rollups: what each scored result adds to its run (with the position of
+the input that produced it) is sent to the rollup topic keyed by run id, many
+to a record: contributions wait in ``runs.PendingRollups`` until
+``rollup_batch_size`` of them or ``rollup_batch_seconds`` have passed, and
+every offset commit sends them first. An agent there folds them into the
+``rollups`` table (keyed by run id, raw keys so that the web router finds a
+run's owner), the bounded ``run_queries`` table and the ``rollup_seen`` table
 (``scorer.stream.runs``).
 """
 
@@ -125,6 +128,7 @@ def create_app(settings: Settings) -> Scorer:
     expiring: set[str] = set()
     transactions = Transactions(app)
     one_at_a_time = transactions.events
+    pending = runs.PendingRollups()
     send_output = transactions.send
 
     async def dead_letter(event: Any, error: core.RejectedEvent, input_name: str) -> None:
@@ -151,15 +155,43 @@ def create_app(settings: Settings) -> Scorer:
         await send_output(
             scored_topic, position, key=result.query_id.encode(), value=scored.payload
         )
-        await send_output(
-            rollup_topic,
-            position,
-            key=result.run_id.encode(),
-            value=scored.payload,
-            headers=[(runs.SOURCE_HEADER, position.encode())],
+        pending.add(
+            result.run_id.encode(),
+            runs.Contribution(
+                position, result.result_id, result.query_id, list(scored.values), scored.facets
+            ),
+            started,
         )
         telemetry.observe_scored(scored.values, scored.facets)
         telemetry.latency.observe(time.perf_counter() - started)
+        if (
+            pending.size >= settings.rollup_batch_size
+            or started - pending.since >= settings.rollup_batch_seconds
+        ):
+            await flush_rollups()
+
+    async def flush_rollups() -> None:
+        """Send the pending rollup contributions, one record per input partition and run."""
+        for source, run_key, value in pending.drain():
+            await send_output(rollup_topic, source, key=run_key, value=value)
+
+    def flush_rollups_before_commits() -> None:
+        """Every offset commit first sends the rollup contributions of the events it
+        commits, so a crash can lose no contribution whose input is not redelivered.
+        Installed before the exactly_once guard wraps the commit, so that under
+        exactly_once the flush runs inside it, between two events."""
+        consumer = app.consumer
+        if getattr(consumer, "_scorer_flushes_rollups", False):
+            return
+        assert not getattr(consumer, "_scorer_guarded", False), "flush must run inside the guard"
+        commit = consumer.commit
+
+        async def commit_after_flush(*args: Any, **kwargs: Any) -> bool:
+            await flush_rollups()
+            return await commit(*args, **kwargs)
+
+        consumer.commit = commit_after_flush
+        consumer._scorer_flushes_rollups = True
 
     def position_of(message: Any, seq: int = 0) -> runs.SourcePosition:
         return runs.SourcePosition(message.topic, message.partition, message.offset, seq)
@@ -167,6 +199,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(results_topic, concurrency=1)
     async def score_results(stream: Any) -> None:
         nonlocal parked_count
+        flush_rollups_before_commits()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.result_inputs.inc()
@@ -206,6 +239,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(qrels_topic, concurrency=1)
     async def store_qrels(stream: Any) -> None:
         nonlocal parked_count
+        flush_rollups_before_commits()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()
@@ -280,8 +314,8 @@ def create_app(settings: Settings) -> Scorer:
                 )
                 for event in partition_events:
                     message = event.message
-                    position = runs.SourcePosition.decode(dict(message.headers)[runs.SOURCE_HEADER])
-                    batch.add(message.key, message.value, position)
+                    for item in runs.decode_contributions(message.value):
+                        batch.add(message.key, item)
                 for key, entry in batch.queries.items():
                     run_queries_table[key] = entry
                 for key, seen in batch.seen.items():

@@ -1,13 +1,16 @@
 """Per-run rollups of the scored stream: pure state transitions, no Faust.
 
-The worker repartitions scored records by run id and folds each into its
-run's state (a changelog-backed table value). Three things make the counts
-exact under at-least-once delivery:
+The score agent sends each scored result's contribution (its position, ids,
+metric values and facets) to the rollup topic keyed by run id, several to a
+record (:class:`PendingRollups`: one record per run and input partition per
+flush, flushed before every offset commit); an agent there folds them into
+its run's state (a changelog-backed table value). Three things make the
+counts exact under at-least-once delivery:
 
-- every scored record carries the position of the input event that produced
+- every contribution carries the position of the input event that produced
   it (``topic/partition/offset/seq``); a run keeps, per input partition, the
-  highest position folded in. Records are produced in input order per input
-  partition, so a redelivered record is at or below that watermark and is
+  highest position folded in. Contributions are produced in input order per
+  input partition, so a redelivered one is at or below that watermark and is
   dropped, whatever the crash.
 - a result sent twice by its producer (a retry after a timeout: same
   resultId, new offset) is caught by resultId: for ``window`` seconds the run
@@ -28,10 +31,8 @@ from typing import Any
 
 import orjson
 
-from scorer.metrics import METRIC_NAMES
 from scorer.rollup import RunRollup
 
-SOURCE_HEADER = "x-scorer-source"
 MAX_FACET_VALUES_PER_RUN = 200
 """Distinct values kept per facet and run; later ones are folded into ``other``."""
 
@@ -60,10 +61,68 @@ class SourcePosition:
         return f"{self.topic}/{self.partition}"
 
 
-def metric_values(scored: Mapping[str, Any]) -> list[float]:
-    """The five metrics of a scored record, in ``METRIC_NAMES`` order."""
-    metrics = scored["retrievalMetrics"]
-    return [float(metrics[name]) for name in METRIC_NAMES]
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one scored result adds to its run's rollup."""
+
+    position: SourcePosition
+    result_id: str
+    query_id: str
+    values: list[float]
+    """The five metrics, in ``scorer.metrics.METRIC_NAMES`` order."""
+    facets: dict[str, str]
+
+    def to_wire(self) -> list[Any]:
+        p = self.position
+        return [p.topic, p.partition, p.offset, p.seq, self.result_id, self.query_id,
+                self.values, self.facets]  # fmt: skip
+
+    @classmethod
+    def from_wire(cls, item: list[Any]) -> Contribution:
+        topic, partition, offset, seq, result_id, query_id, values, facets = item
+        return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
+                   values, facets)  # fmt: skip
+
+
+def decode_contributions(raw: bytes) -> list[Contribution]:
+    """The contributions of one rollup-topic record (a JSON array, input order)."""
+    return [Contribution.from_wire(item) for item in orjson.loads(raw)]
+
+
+@dataclass
+class PendingRollups:
+    """Contributions waiting to be sent, grouped by input partition and run.
+
+    One rollup record per (input partition, run) per flush: its contributions
+    are in input order, and under exactly_once it joins the transaction of that
+    input partition. ``drain`` returns ``(source, run_key, value)`` triples, the
+    source being the first contribution's position (whose transaction it joins).
+    """
+
+    size: int = 0
+    since: float = 0.0
+    """When the oldest pending contribution was added (``now`` of :meth:`add`)."""
+    _groups: dict[tuple[str, int, bytes], list[Contribution]] = field(default_factory=dict)
+
+    def add(self, run_key: bytes, item: Contribution, now: float = 0.0) -> None:
+        if not self.size:
+            self.since = now
+        group = (item.position.topic, item.position.partition, run_key)
+        items = self._groups.get(group)
+        if items is None:
+            self._groups[group] = [item]
+        else:
+            items.append(item)
+        self.size += 1
+
+    def drain(self) -> list[tuple[SourcePosition, bytes, bytes]]:
+        records = [
+            (items[0].position, run_key, orjson.dumps([item.to_wire() for item in items]))
+            for (_, _, run_key), items in self._groups.items()
+        ]
+        self._groups = {}
+        self.size = 0
+        return records
 
 
 def new_run_state() -> dict[str, Any]:
@@ -106,19 +165,20 @@ class RunBatch:
     _rollups: dict[bytes, RunRollup] = field(default_factory=dict)
     _changed: set[bytes] = field(default_factory=set)
 
-    def add(self, run_key: bytes, raw: bytes, position: SourcePosition) -> bool:
-        """Fold one scored record (its wire bytes) of the run ``run_key``; False if a duplicate."""
+    def add(self, run_key: bytes, item: Contribution) -> bool:
+        """Fold one scored result of the run ``run_key``; False if a duplicate."""
         state = self.runs.get(run_key)
         if state is None:
             state = self.load_run(run_key) or new_run_state()
             self.runs[run_key] = state
             self._rollups[run_key] = RunRollup.from_state(state["rollup"])
+        position = item.position
         if is_duplicate(state, position):
             self.duplicates += 1
             return False
-        scored = orjson.loads(raw)
+        run_id = run_key.decode()
         if self.load_seen is not None:
-            seen_key = query_key(scored["runId"], scored["resultId"])
+            seen_key = query_key(run_id, item.result_id)
             earlier = self.seen[seen_key] if seen_key in self.seen else self.load_seen(seen_key)
             if earlier is not None and counted_in(state, earlier):
                 # Its own redelivery must still be dropped by the watermark.
@@ -133,15 +193,15 @@ class RunBatch:
                 self.now,
                 self.partition,
             ]
-        values = metric_values(scored)
-        key = query_key(scored["runId"], scored["queryId"])
+        values = item.values
+        key = query_key(run_id, item.query_id)
         tracked = self.queries[key] if key in self.queries else self.load_query(key)
         if tracked is not None or state["queries"] < self.max_queries:
             if tracked is None:
                 state["queries"] += 1
             self.queries[key] = fold_query(tracked, values)
         rollup = self._rollups[run_key]
-        rollup.add(values, capped_facets(rollup, scored.get("facets") or {}))
+        rollup.add(values, capped_facets(rollup, item.facets))
         state["watermarks"][position.stream] = [position.offset, position.seq]
         self._changed.add(run_key)
         return True

@@ -5,26 +5,23 @@ whose run-state write was lost in a crash does not block the recount."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
+from scorer.metrics import METRIC_NAMES
 from scorer.stream import runs
-from scorer.stream.runs import RunBatch, SourcePosition
+from scorer.stream.runs import Contribution, PendingRollups, RunBatch, SourcePosition
+
+Placed = Callable[[SourcePosition], Contribution]
 
 
-def record(result_id: str, ndcg: float, run: str = "run-a", query: str = "q1") -> bytes:
-    metrics = {"recallAtK": 1.0, "precisionAtK": 0.5, "ndcgAt10": ndcg, "mrr": 1.0, "hitAtK": 1.0}
-    return orjson.dumps(
-        {
-            "resultId": result_id,
-            "runId": run,
-            "queryId": query,
-            "facets": {"type": "faq"},
-            "retrievalMetrics": metrics,
-        }
-    )
+def record(result_id: str, ndcg: float, query: str = "q1") -> Placed:
+    """A scored result's contribution, placed at the position it is given."""
+    values = [1.0, 0.5, ndcg, 1.0, 1.0]  # METRIC_NAMES order: recall, precision, ndcg, mrr, hit
+    return lambda position: Contribution(position, result_id, query, values, {"type": "faq"})
 
 
 class Tables:
@@ -46,11 +43,14 @@ class Tables:
         )
 
     def fold(
-        self, records: list[tuple[bytes, SourcePosition]], now: float = 1000.0, **kwargs: Any
+        self,
+        records: list[tuple[Placed, SourcePosition]],
+        now: float = 1000.0,
+        **kwargs: Any,
     ) -> RunBatch:
         batch = self.batch(now, **kwargs)
-        for raw, position in records:
-            batch.add(b"run-a", raw, position)
+        for make, position in records:
+            batch.add(b"run-a", make(position))
         self.queries.update(batch.queries)
         self.seen.update(batch.seen)
         # Through JSON, as the table's changelog would keep them.
@@ -106,8 +106,8 @@ def test_a_resend_from_another_input_partition_counts_once() -> None:
 def test_the_same_result_id_in_two_runs_counts_in_each() -> None:
     tables = Tables()
     batch = tables.batch()
-    assert batch.add(b"run-a", record("r1", 0.2, run="run-a"), at(1))
-    assert batch.add(b"run-b", record("r1", 0.3, run="run-b"), at(2))
+    assert batch.add(b"run-a", record("r1", 0.2)(at(1)))
+    assert batch.add(b"run-b", record("r1", 0.3)(at(2)))
     assert batch.resent == 0 and len(batch.seen) == 2
 
 
@@ -154,3 +154,37 @@ def test_with_the_check_off_nothing_is_remembered() -> None:
     first = tables.fold([(record("r1", 0.2), at(5))], dedupe=False)
     second = tables.fold([(record("r1", 0.2), at(9))], dedupe=False)
     assert first.seen == {} and second.resent == 0 and tables.count() == 2
+
+
+def test_the_metric_order_of_contributions_is_that_of_the_metrics_module() -> None:
+    assert METRIC_NAMES.index("ndcgAt10") == 2
+
+
+def test_pending_contributions_go_out_one_record_per_input_partition_and_run() -> None:
+    pending = PendingRollups()
+    items = [
+        (b"run-a", record("r1", 0.1)(at(5, partition=0))),
+        (b"run-b", record("r2", 0.2)(at(6, partition=0))),
+        (b"run-a", record("r3", 0.3)(at(1, partition=1))),
+        (b"run-a", record("r4", 0.4)(at(7, partition=0, seq=2))),
+    ]
+    for now, (run_key, item) in enumerate(items, start=10):
+        pending.add(run_key, item, now=float(now))
+    assert (pending.size, pending.since) == (4, 10.0)
+    records = pending.drain()
+    assert pending.size == 0 and pending.drain() == []
+    by_group = {(source.partition, key): runs.decode_contributions(v) for source, key, v in records}
+    assert set(by_group) == {(0, b"run-a"), (0, b"run-b"), (1, b"run-a")}
+    # In input order within a record, and each record is sent as of its first input.
+    assert [c.result_id for c in by_group[0, b"run-a"]] == ["r1", "r4"]
+    assert by_group[0, b"run-a"] == [items[0][1], items[3][1]]
+    sources = {(source.partition, key): source for source, key, _ in records}
+    assert sources[0, b"run-a"] == at(5, partition=0)
+
+
+def test_contributions_survive_the_wire_unchanged() -> None:
+    item = Contribution(SourcePosition("qrels", 2, 41, 3), "r\u00e9", "q", [0.1] * 5, {"t": "x"})
+    pending = PendingRollups()
+    pending.add(b"run", item)
+    [(_, _, raw)] = pending.drain()
+    assert runs.decode_contributions(raw) == [item]
