@@ -155,10 +155,13 @@ def pipe_pipeline(bootstrap: str, workdir: Path) -> Pipeline:
     return Pipeline("pipe", "bench.pipe.in", "bench.pipe.out", start, lambda: _stop(process))
 
 
-def faust_pipeline(bootstrap: str, workdir: Path, partitions: int) -> Pipeline:
+def faust_pipeline(
+    bootstrap: str, workdir: Path, partitions: int, extra_env: dict[str, str] | None = None
+) -> Pipeline:
     process: list[subprocess.Popen[bytes]] = []
     env = {
         **os.environ,
+        **(extra_env or {}),
         "BENCH_BOOTSTRAP": bootstrap,
         "BENCH_APP_ID": f"bench-forward-{os.getpid()}",
         "BENCH_INPUT": "bench.forward.in",
@@ -171,8 +174,12 @@ def faust_pipeline(bootstrap: str, workdir: Path, partitions: int) -> Pipeline:
         log = (workdir / "forward.log").open("ab")
         process.append(
             subprocess.Popen(
+                # The log level the scorer runs with here (tests.integration.worker_support):
+                # at warn or above Faust's worker sets the root logger to DEBUG for its
+                # start-up spinner, and every debug call of Faust and aiokafka then
+                # builds a log record (+0.2 ms per event measured, see docs/benchmarks.md).
                 [sys.executable, str(ROOT / "bench" / "stream_forward.py"), "worker",
-                 "--web-port", str(free_port()), "-l", "warn"],
+                 "--web-port", str(free_port()), "-l", "info"],
                 env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
             )
         )  # fmt: skip
@@ -548,6 +555,14 @@ def main() -> None:
         "--profile", type=Path, help="py-spy each throughput run into collapsed stacks here"
     )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument(
+        "--forward-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of the Faust forwarder (BENCH_HOPS=2, BENCH_PROMETHEUS=1, "
+        "BENCH_FAUST_SETTINGS=JSON: see bench/stream_forward.py)",
+    )
     args = parser.parse_args()
     events = args.events or (3_000 if args.quick else 10_000)
     reps = args.reps or (2 if args.quick else 3)
@@ -580,7 +595,12 @@ def main() -> None:
         ensure_topics(settings)
         pipelines = {
             "pipe": pipe_pipeline(info.bootstrap, state_dir),
-            "faust": faust_pipeline(info.bootstrap, state_dir, args.partitions),
+            "faust": faust_pipeline(
+                info.bootstrap,
+                state_dir,
+                args.partitions,
+                dict(item.split("=", 1) for item in args.forward_env),
+            ),
             "scorer": scorer_pipeline(settings, state_dir),
         }
         if "scorer" in only:
