@@ -484,7 +484,9 @@ def table(
 
 
 def write_section(path: Path, heading: str, body: str) -> None:
-    """Replace (or add) the ``## heading`` section of ``path``, leaving the others alone."""
+    """Replace (or add) the ``## heading`` section of ``path``, leaving the others alone.
+
+    The section's ``###`` subsections (written by hand) are kept after the new body."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip() == f"## {heading}"), None)
@@ -495,7 +497,8 @@ def write_section(path: Path, heading: str, body: str) -> None:
         end = next(
             (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
         )
-        lines = [*lines[:start], *section, *lines[end:]]
+        kept = next((i for i in range(start + 1, end) if lines[i].startswith("### ")), end)
+        lines = [*lines[:start], *section, *lines[kept:end], *lines[end:]]
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
