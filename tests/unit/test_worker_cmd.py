@@ -1,0 +1,36 @@
+"""``scorer worker`` builds its Faust worker without the start-up spinner, which
+at warning level would leave the root logger at DEBUG for the process's life."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from scorer.cli.worker_cmd import make_worker
+from scorer.settings import Settings
+from scorer.stream.app import create_app
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.ERROR])
+def test_the_root_logger_keeps_the_chosen_level(tmp_path, level: int) -> None:
+    app = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path)).app
+    worker = make_worker(app, logging.getLevelName(level).lower())
+    root = logging.getLogger("scorer-test-root")
+    root.addHandler(logging.StreamHandler())
+    root.setLevel(level)
+    worker.on_setup_root_logger(root, level)
+    assert root.level == level
+    assert all(handler.level in (logging.NOTSET, level) for handler in root.handlers)
+
+
+def test_faust_alone_would_turn_debug_on(tmp_path) -> None:
+    """The reason for ``make_worker``: a plain ``faust.Worker`` at warning level."""
+    import faust
+
+    app = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path)).app
+    worker = faust.Worker(app, loglevel="warning")
+    root = logging.getLogger("scorer-test-root-faust")
+    root.addHandler(logging.StreamHandler())
+    worker.on_setup_root_logger(root, logging.WARNING)
+    assert root.level == logging.DEBUG
