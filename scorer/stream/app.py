@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
-from faust.sensors.prometheus import setup_prometheus_sensors
 
 from scorer.settings import Settings
 from scorer.stream import core, runs
+from scorer.stream.faust_metrics import setup_faust_metrics
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.transactions import Transactions
 from scorer.stream.web import register_views
@@ -98,7 +98,7 @@ def create_app(settings: Settings) -> Scorer:
     )
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
-    setup_prometheus_sensors(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
+    setup_faust_metrics(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
 
     results_topic = app.topic(settings.results_topic, **RAW)
     qrels_topic = app.topic(settings.qrels_topic, **RAW)

@@ -1,0 +1,65 @@
+"""The cached Faust monitor exports the same series as Faust's own, and drops its
+cache when Faust clears the topic series on a rebalance."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from faust.types import TP
+from prometheus_client import CollectorRegistry
+
+from scorer.settings import Settings
+from scorer.stream.app import create_app
+from scorer.stream.faust_metrics import CachedPrometheusMonitor
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def monitor_of(tmp_path) -> tuple[CachedPrometheusMonitor, CollectorRegistry]:
+    scorer = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path))
+    assert isinstance(scorer.app.monitor, CachedPrometheusMonitor)
+    return scorer.app.monitor, scorer.telemetry.registry
+
+
+def test_messages_sends_and_table_operations_are_counted_per_label(tmp_path) -> None:
+    monitor, registry = monitor_of(tmp_path)
+    tp = TP("results", 2)
+    for offset in (7, 8, 9):
+        monitor.on_message_in(tp, offset, SimpleNamespace())
+    monitor.on_message_in(TP("qrels", 0), 4, SimpleNamespace())
+    table = SimpleNamespace(name="qrels")
+    monitor.on_table_get(table, "q1")
+    monitor.on_table_get(table, "q2")
+    monitor.on_table_set(table, "q1", {})
+    monitor.on_send_initiated(None, "scored", None, 1, 2)
+    prefix = "retrieval_scorer"
+    assert sample(registry, f"{prefix}_messages_received_total") == 4
+    assert sample(registry, f"{prefix}_messages_received_per_topic_total", topic="results") == 3
+    assert (
+        sample(
+            registry, f"{prefix}_messages_received_per_topics_partition", topic="results",
+            partition="2",
+        )
+        == 9
+    )  # fmt: skip
+    assert (
+        sample(
+            registry, f"{prefix}_table_operations_total", table="table.qrels",
+            operation="keys_retrieved",
+        )
+        == 2
+    )  # fmt: skip
+    assert sample(registry, f"{prefix}_topic_messages_sent_total", topic="topic.scored") == 1
+
+
+def test_a_rebalance_clears_the_series_and_the_cache(tmp_path) -> None:
+    monitor, registry = monitor_of(tmp_path)
+    name = "retrieval_scorer_messages_received_per_topic_total"
+    monitor.on_message_in(TP("results", 0), 1, SimpleNamespace())
+    assert sample(registry, name, topic="results") == 1
+    monitor._clear_partition_related_metrics()
+    assert sample(registry, name, topic="results") is None
+    monitor.on_message_in(TP("results", 0), 2, SimpleNamespace())
+    assert sample(registry, name, topic="results") == 1
