@@ -28,3 +28,36 @@ def test_histogram_sums_and_counts_equal_the_observed_metrics():
     zero_bucket = {"facet": "all", "value": "all", "le": "0.0"}
     assert telemetry.sample("scorer_retrieval_mrr_bucket", zero_bucket) == 1
     assert telemetry.sample("scorer_results_total", {"outcome": "scored"}) == 2
+
+
+def test_metric_histograms_expose_what_prometheus_client_histograms_would():
+    """Same exposition text as prometheus_client's own Histogram for the same
+    observations (random values, the bucket edges and out-of-range values)."""
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from scorer.stream.telemetry import METRIC_BUCKETS, METRIC_SERIES, MetricHistograms
+
+    ours_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    ours = MetricHistograms(ours_registry)
+    reference = [
+        Histogram(
+            f"scorer_retrieval_{name}",
+            f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
+            ("facet", "value"),
+            buckets=METRIC_BUCKETS,
+            registry=reference_registry,
+        )
+        for name in METRIC_SERIES
+    ]
+    rng = random.Random(7)
+    pool = [*METRIC_BUCKETS, 1.5, -0.0, 0.05, 0.999999]
+    pairs = [("all", "all"), ("type", "faq"), ("type", "other")]
+    for _ in range(500):
+        values = [rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in METRIC_SERIES]
+        for pair in rng.sample(pairs, rng.randint(1, 3)):
+            ours.observe(pair, values)
+            for histogram, value in zip(reference, values, strict=True):
+                histogram.labels(*pair).observe(value)
+    assert generate_latest(ours_registry) == generate_latest(reference_registry)
