@@ -94,8 +94,10 @@ class Settings(BaseSettings):
     rollup_batch_seconds: float = Field(
         0.2, gt=0, le=60, description="Longest wait for a rollup batch to fill."
     )
+    # Longer than a producer's delivery timeout (Kafka's default: 120 s), so its
+    # retries are caught; memory is about rate x window entries.
     rollup_dedupe_seconds: float = Field(
-        900.0,
+        300.0,
         ge=0,
         le=7 * 86_400,
         description=(
