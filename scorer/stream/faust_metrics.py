@@ -22,13 +22,13 @@ class CachedPrometheusMonitor(PrometheusMonitor):
 
     def __init__(self, metrics: Any, **kwargs: Any) -> None:
         super().__init__(metrics, **kwargs)
-        self._children: dict[tuple[Any, ...], Any] = {}
+        self._labelled: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: Any) -> Any:
         key = (id(metric), *labels)
-        child = self._children.get(key)
+        child = self._labelled.get(key)
         if child is None:
-            child = self._children[key] = metric.labels(*labels)
+            child = self._labelled[key] = metric.labels(*labels)
         return child
 
     def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
@@ -46,10 +46,10 @@ class CachedPrometheusMonitor(PrometheusMonitor):
         metrics = self._metrics
         metrics.total_events.inc()
         metrics.total_active_events.inc()
-        child = self._children.get(("stream", id(stream)))
+        child = self._labelled.get(("stream", id(stream)))
         if child is None:
             label = f"stream.{self._stream_label(stream)}.events"
-            child = self._children[("stream", id(stream))] = (
+            child = self._labelled[("stream", id(stream))] = (
                 metrics.total_events_per_stream.labels(stream=label)
             )
         child.inc()
@@ -77,7 +77,7 @@ class CachedPrometheusMonitor(PrometheusMonitor):
         return Monitor.on_send_initiated(self, producer, topic, message, keysize, valsize)
 
     def _clear_partition_related_metrics(self) -> None:
-        self._children.clear()
+        self._labelled.clear()
         super()._clear_partition_related_metrics()
 
 

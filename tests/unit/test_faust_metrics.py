@@ -63,3 +63,12 @@ def test_a_rebalance_clears_the_series_and_the_cache(tmp_path) -> None:
     assert sample(registry, name, topic="results") is None
     monitor.on_message_in(TP("results", 0), 2, SimpleNamespace())
     assert sample(registry, name, topic="results") == 1
+
+
+def test_the_monitor_keeps_its_service_children(tmp_path) -> None:
+    """The label cache must not shadow mode.Service's own ``_children`` list: the
+    worker stops a service's children at shutdown."""
+    monitor, _ = monitor_of(tmp_path)
+    monitor.on_message_in(TP("results", 0), 1, SimpleNamespace())
+    assert isinstance(monitor._children, list)
+    assert all(hasattr(child, "stop") for child in monitor._children)
