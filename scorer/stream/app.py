@@ -192,6 +192,8 @@ def create_app(settings: Settings) -> Scorer:
 
         consumer.commit = commit_after_flush
         consumer._scorer_flushes_rollups = True
+        if app.in_transaction:
+            transactions.log_seeks()
 
     def position_of(message: Any, seq: int = 0) -> runs.SourcePosition:
         return runs.SourcePosition(message.topic, message.partition, message.offset, seq)

@@ -138,6 +138,26 @@ class Transactions:
         consumer.transactions.commit = commit_with_processed
         consumer._scorer_guarded = True
 
+    def log_seeks(self) -> None:
+        """Log the committed offsets Faust seeks to after each assignment, beside the
+        first event each partition hands over (``events``): the evidence needed when
+        a restart loses or repeats events (once per consumer; call before any event)."""
+        consumer = self.app.consumer
+        if getattr(consumer, "_scorer_logs_seeks", False):
+            return
+        seek_to_committed = consumer.seek_to_committed
+
+        async def logged_seek_to_committed() -> Any:
+            offsets = await seek_to_committed()
+            logger.info(
+                "Seeking to committed offsets: %s",
+                ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(offsets.items())),
+            )
+            return offsets
+
+        consumer.seek_to_committed = logged_seek_to_committed
+        consumer._scorer_logs_seeks = True
+
     async def events(self, stream: Any) -> AsyncIterator[Any]:
         """The stream's events; under exactly_once no commit happens while one is
         processed (the ack runs, without yielding, when the next event is asked for),
@@ -154,6 +174,13 @@ class Transactions:
                 tp, offset = message.tp, message.offset
                 producer = self._producer_for(message.topic, message.partition)
                 last = processed.get(tp)
+                if last is None or last[0] is not producer:
+                    logger.info(
+                        "First event of %s/%s for this transactional producer: offset %s",
+                        message.topic,
+                        message.partition,
+                        offset,
+                    )
                 if last is not None and last[0] is producer and offset <= last[1]:
                     self.redelivered += 1
                     logger.info(
