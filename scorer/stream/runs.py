@@ -131,8 +131,12 @@ def new_run_state() -> dict[str, Any]:
 
 def is_duplicate(state: Mapping[str, Any], position: SourcePosition) -> bool:
     """True when ``position`` is at or below the run's watermark for its input partition."""
-    mark = state["watermarks"].get(position.stream)
-    return mark is not None and (position.offset, position.seq) <= tuple(mark)
+    return _at_or_below_mark(state, position.stream, position.offset, position.seq)
+
+
+def _at_or_below_mark(state: Mapping[str, Any], stream: str, offset: int, seq: int) -> bool:
+    mark = state["watermarks"].get(stream)
+    return mark is not None and (offset, seq) <= tuple(mark)
 
 
 @dataclass
@@ -220,9 +224,7 @@ class RunBatch:
 def counted_in(state: Mapping[str, Any], seen: list[Any]) -> bool:
     """True when the run state includes the record a ``seen`` entry names: the run's
     watermark for that entry's input partition is at or past its position."""
-    stream, offset, seq = seen[0], seen[1], seen[2]
-    mark = state["watermarks"].get(stream)
-    return mark is not None and (offset, seq) <= tuple(mark)
+    return _at_or_below_mark(state, seen[0], seen[1], seen[2])
 
 
 def expired_seen(entries: Iterable[tuple[str, list[Any]]], before: float) -> list[str]:
