@@ -48,14 +48,6 @@ class SourcePosition:
     offset: int
     seq: int = 0
 
-    def encode(self) -> bytes:
-        return f"{self.topic}/{self.partition}/{self.offset}/{self.seq}".encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> SourcePosition:
-        topic, partition, offset, seq = raw.decode().rsplit("/", 3)
-        return cls(topic, int(partition), int(offset), int(seq))
-
     @property
     def stream(self) -> str:
         return f"{self.topic}/{self.partition}"
