@@ -55,9 +55,9 @@ class Transactions:
         # Input partition -> the offset this module last added to a commit.
         self._committed: dict[Any, int] = {}
         self.redelivered = 0
+        """Events not processed again: already in this producer's transactions."""
         self.undelivered = 0
         """Records the producer gave up on (at-least-once; logged as errors)."""
-        """Events not processed again: already in this producer's transactions."""
 
     def _transactional_id(self, topic: str, partition: int) -> str:
         """Faust's transactional id of an input partition."""
