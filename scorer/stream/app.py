@@ -192,6 +192,10 @@ def create_app(settings: Settings) -> Scorer:
 
         consumer.commit = commit_after_flush
         consumer._scorer_flushes_rollups = True
+
+    def before_first_event() -> None:
+        """What the input agents install on the consumer before they take an event."""
+        flush_rollups_before_commits()
         if app.in_transaction:
             transactions.log_seeks()
 
@@ -201,7 +205,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(results_topic, concurrency=1)
     async def score_results(stream: Any) -> None:
         nonlocal parked_count
-        flush_rollups_before_commits()
+        before_first_event()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.result_inputs.inc()
@@ -241,7 +245,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(qrels_topic, concurrency=1)
     async def store_qrels(stream: Any) -> None:
         nonlocal parked_count
-        flush_rollups_before_commits()
+        before_first_event()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()
