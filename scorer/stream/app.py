@@ -36,6 +36,7 @@ import faust
 from scorer.settings import Settings
 from scorer.stream import core, runs
 from scorer.stream.faust_metrics import setup_faust_metrics
+from scorer.stream.resume import hold_inputs_until_seeked
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.transactions import Transactions
 from scorer.stream.web import register_views
@@ -96,6 +97,9 @@ def create_app(settings: Settings) -> Scorer:
         topic_allow_declare=True,
         autodiscover=False,
     )
+    new_consumer = app._new_consumer
+    # Installed as the consumer is made, before its first rebalance (scorer.stream.resume).
+    app._new_consumer = lambda: hold_inputs_until_seeked(new_consumer()).consumer
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     setup_faust_metrics(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
