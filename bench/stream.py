@@ -359,7 +359,11 @@ async def measure(
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
         if received < len(ids):
-            print(f"  {pipeline.name}: only {received}/{len(ids)} outputs arrived")
+            missing = [result_id for result_id in ids if result_id not in outputs.seen]
+            print(
+                f"  {pipeline.name}: only {received}/{len(ids)} outputs arrived; "
+                f"missing e.g. {missing[:3]}"
+            )
         stamps = [outputs.seen[i][1] for i in ids if i in outputs.seen]
         if len(stamps) < 2:
             raise RuntimeError(f"{pipeline.name} produced no output: see the logs in {workdir}")

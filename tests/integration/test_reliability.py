@@ -185,6 +185,26 @@ def input_copies(settings: Settings, result_ids: set[str]) -> Counter[str]:
     return Counter(orjson.loads(record.value)["resultId"] for record in records)
 
 
+def missing_ranges(settings: Settings, result_ids: set[str]) -> dict[int, list[tuple[int, int]]]:
+    """Input partition -> the offset ranges (first, last) of ``result_ids``: where a
+    loss happened, to read beside the worker's log."""
+    records = read_topic(settings, settings.results_topic, lambda got: False, timeout=10)
+    offsets: dict[int, list[int]] = {}
+    for record in records:
+        if orjson.loads(record.value)["resultId"] in result_ids:
+            offsets.setdefault(record.partition, []).append(record.offset)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for partition, found in sorted(offsets.items()):
+        found.sort()
+        runs = ranges.setdefault(partition, [])
+        for offset in found:
+            if runs and runs[-1][1] == offset - 1:
+                runs[-1] = (runs[-1][0], offset)
+            else:
+                runs.append((offset, offset))
+    return ranges
+
+
 def golden_and_results(
     tag: str, queries: int, results: int, seed: int
 ) -> tuple[list[GoldenQuery], list[RetrievalResult]]:
@@ -321,7 +341,11 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         )
         tally = ScoredTally.of(records)
         missing = everything - set(tally.copies)
-        assert not missing, f"{len(missing)} results never scored, e.g. {sorted(missing)[:5]}"
+        assert not missing, (
+            f"{len(missing)} results never scored, at input offsets "
+            f"{missing_ranges(settings, missing)}; kills (sent at kill, ready s, scoring s): "
+            f"{recoveries}"
+        )
         assert set(tally.copies) == everything
         tally.assert_copies_agree()
         # Inputs the feeder had to send twice (a timeout) are scored twice legitimately.
