@@ -97,9 +97,6 @@ def create_app(settings: Settings) -> Scorer:
         topic_allow_declare=True,
         autodiscover=False,
     )
-    new_consumer = app._new_consumer
-    # Installed as the consumer is made, before its first rebalance (scorer.stream.resume).
-    app._new_consumer = lambda: hold_inputs_until_seeked(new_consumer()).consumer
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     setup_faust_metrics(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
@@ -131,6 +128,17 @@ def create_app(settings: Settings) -> Scorer:
     parked_count = 0
     expiring: set[str] = set()
     transactions = Transactions(app)
+    new_consumer = app._new_consumer
+
+    def new_guarded_consumer() -> Any:
+        """Faust's consumer, with the fixes that must be in place before its first
+        rebalance (scorer.stream.resume, scorer.stream.transactions)."""
+        consumer = hold_inputs_until_seeked(new_consumer()).consumer
+        if app.in_transaction:
+            transactions.read_ends_from_broker(consumer)
+        return consumer
+
+    app._new_consumer = new_guarded_consumer
     one_at_a_time = transactions.events
     pending = runs.PendingRollups()
     send_output = transactions.send

@@ -29,6 +29,25 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   at or below it is not processed again, and every commit carries the offset
   after it (:meth:`Transactions.events`, ``commit_with_processed``).
 
+- On a rebalance Faust stops the transactional producers of the revoked
+  partitions, but it leaves out every partition the worker keeps as a standby
+  (with ``table_standby_replicas=1``, all of them when there are two workers).
+  The old producer then lives on with its transaction open, is fenced by the
+  new owner's, and the next send through it fails ("Can't send messages while
+  not in transaction"), crashing the agent. So the producers of revoked
+  partitions are stopped whatever the standby assignment
+  (:meth:`Transactions._stop_revoked`); their open transactions are aborted by
+  the new owner, which processes those events again from the committed offset.
+
+- Under exactly_once Faust takes the end of each changelog partition (where
+  table recovery stops) from the consumer's cached last stable offset, which is
+  unknown until a fetch of that partition has returned since the assignment:
+  right after a rebalance it reads -1, and a worker that kept the partition
+  then crashes with ``ConsistencyError`` (its table is past the "end"), or one
+  that did not recovers nothing. :meth:`Transactions.read_ends_from_broker`
+  asks the broker instead (a read_committed consumer's end offsets are the last
+  stable offsets).
+
 Under at-least-once all of this is a plain pass-through.
 """
 
@@ -137,7 +156,41 @@ class Transactions:
 
         consumer.commit = commit_between_events
         consumer.transactions.commit = commit_with_processed
+        self._stop_revoked(consumer.transactions)
         consumer._scorer_guarded = True
+
+    def _stop_revoked(self, manager: Any) -> None:
+        """Stop the producers of revoked partitions before Faust starts the assigned
+        ones (Faust skips the partitions that stay here as standbys)."""
+        app = self.app
+        on_rebalance = manager.on_rebalance
+
+        async def on_rebalance_stopping_revoked(
+            assigned: Any, revoked: Any, newly_assigned: Any
+        ) -> None:
+            kept = manager._tps_to_transactional_ids(assigned)
+            stale = {self._transactional_id(tp.topic, tp.partition) for tp in revoked} - kept
+            for transactional_id in sorted(stale):
+                if transactional_id in getattr(app.producer, "_transaction_producers", {}):
+                    logger.info(
+                        "Stopping the transactional producer %s: its partitions were revoked",
+                        transactional_id,
+                    )
+                    await app.producer.stop_transaction(transactional_id)
+            await on_rebalance(assigned, revoked, newly_assigned)
+
+        manager.on_rebalance = on_rebalance_stopping_revoked
+
+    @staticmethod
+    def read_ends_from_broker(consumer: Any) -> None:
+        """Changelog ends for table recovery from the broker, not from the consumer's
+        fetch cache (exactly_once only: under at-least-once Faust already does)."""
+        thread = consumer._thread
+
+        async def end_offsets(partitions: Any) -> Mapping[Any, int]:
+            return await thread._ensure_consumer().end_offsets(list(partitions))
+
+        thread._highwaters = end_offsets
 
     def log_seeks(self) -> None:
         """Log the committed offsets Faust seeks to after each assignment, beside the

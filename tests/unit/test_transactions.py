@@ -47,6 +47,9 @@ class Producer:
         self.buffer = Buffer()
         self.sent: list[tuple[str, bytes | None, str | None]] = []
 
+    async def stop_transaction(self, transactional_id: str) -> None:
+        self._transaction_producers.pop(transactional_id, None)
+
     async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
         self.sent.append((topic, value, transactional_id))
 
@@ -56,7 +59,7 @@ class Consumer:
         self.app = app
         self.assigned = {TP(RESULTS, p) for p in range(2)}
         self.commits: list[dict[TP, int]] = []
-        self.transactions = SimpleNamespace(commit=self._transactions_commit)
+        self.transactions = TransactionManager(self)
 
     def assignment(self) -> set[TP]:
         return self.assigned
@@ -68,6 +71,28 @@ class Consumer:
     async def _transactions_commit(self, offsets, start_new_transaction: bool = True) -> bool:
         self.commits.append(dict(offsets))
         return True
+
+
+class TransactionManager:
+    """Faust's, as far as these tests go: commits, and producers started and stopped on
+    a rebalance, where Faust leaves out the revoked partitions kept as standbys."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.standbys: set[TP] = set()
+
+    async def commit(self, offsets, start_new_transaction: bool = True) -> bool:
+        return await self.consumer._transactions_commit(offsets, start_new_transaction)
+
+    def _tps_to_transactional_ids(self, tps) -> set[str]:
+        return {f"app-1-{tp.partition}" for tp in tps if tp not in self.standbys}
+
+    async def on_rebalance(self, assigned, revoked, newly_assigned) -> None:
+        producer = self.consumer.app.producer
+        for transactional_id in self._tps_to_transactional_ids(revoked):
+            await producer.stop_transaction(transactional_id)
+        for transactional_id in self._tps_to_transactional_ids(assigned):
+            producer._transaction_producers.setdefault(transactional_id, TxnProducer())
 
 
 @dataclass
@@ -278,3 +303,28 @@ def test_at_least_once_passes_everything_through() -> None:
     seen, commits = run(scenario())
     assert seen == [(0, 5), (0, 5)]
     assert commits == []
+
+
+def test_the_producer_of_a_partition_revoked_but_kept_as_standby_is_stopped() -> None:
+    # Faust would keep it: its open transaction is fenced by the new owner's producer,
+    # and the next send through it crashes the agent.
+    def rebalance(guarded: bool) -> dict[str, TxnProducer]:
+        app = App()
+        before = dict(app.producer._transaction_producers)
+        manager = app.consumer.transactions
+        if guarded:
+            Transactions(app)._guard_commits()
+        manager.standbys = {TP(RESULTS, 1)}
+        run(
+            manager.on_rebalance(
+                assigned={TP(RESULTS, 0), TP(RESULTS, 1)},
+                revoked={TP(RESULTS, 1)},
+                newly_assigned=set(),
+            )
+        )
+        after = app.producer._transaction_producers
+        assert after["app-1-0"] is before["app-1-0"]  # kept partitions keep theirs
+        return {tid: producer for tid, producer in after.items() if producer is before.get(tid)}
+
+    assert set(rebalance(guarded=False)) == {"app-1-0", "app-1-1"}
+    assert set(rebalance(guarded=True)) == {"app-1-0"}
