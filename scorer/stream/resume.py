@@ -8,8 +8,8 @@ They are not fetched again either: the fetcher, still delivering what it read
 before the seek, moves the read offset past them, and Faust books the range
 between the committed offset and the next event as a gap in its acked offsets,
 so the next commit passes them. Measured: 117 results lost at one restart under
-exactly_once (the ~30 events per partition queued behind the first ones), and one
-of 6,000 at a benchmark start under at-least-once.
+exactly_once (the ~30 events per partition queued behind the first ones); very
+likely the same, one of 6,000 at a benchmark start under at-least-once.
 
 :func:`hold_inputs_until_seeked` closes that window: an input partition Faust
 resumes is held (its fetches stay off) until Faust has sought and then resumed
