@@ -135,7 +135,7 @@ def create_app(settings: Settings) -> Scorer:
         rebalance (scorer.stream.resume, scorer.stream.transactions)."""
         consumer = hold_inputs_until_seeked(new_consumer()).consumer
         if app.in_transaction:
-            transactions.read_ends_from_broker(consumer)
+            transactions.guard_rebalances(consumer)
         return consumer
 
     app._new_consumer = new_guarded_consumer

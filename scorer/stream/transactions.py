@@ -44,7 +44,7 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   unknown until a fetch of that partition has returned since the assignment:
   right after a rebalance it reads -1, and a worker that kept the partition
   then crashes with ``ConsistencyError`` (its table is past the "end"), or one
-  that did not recovers nothing. :meth:`Transactions.read_ends_from_broker`
+  that did not recovers nothing. :meth:`Transactions._read_ends_from_broker`
   asks the broker instead (a read_committed consumer's end offsets are the last
   stable offsets).
 
@@ -156,8 +156,13 @@ class Transactions:
 
         consumer.commit = commit_between_events
         consumer.transactions.commit = commit_with_processed
-        self._stop_revoked(consumer.transactions)
         consumer._scorer_guarded = True
+
+    def guard_rebalances(self, consumer: Any) -> None:
+        """The exactly_once fixes a new consumer needs before its first rebalance:
+        revoked partitions' producers stopped, changelog ends from the broker."""
+        self._stop_revoked(consumer.transactions)
+        self._read_ends_from_broker(consumer)
 
     def _stop_revoked(self, manager: Any) -> None:
         """Stop the producers of revoked partitions before Faust starts the assigned
@@ -182,7 +187,7 @@ class Transactions:
         manager.on_rebalance = on_rebalance_stopping_revoked
 
     @staticmethod
-    def read_ends_from_broker(consumer: Any) -> None:
+    def _read_ends_from_broker(consumer: Any) -> None:
         """Changelog ends for table recovery from the broker, not from the consumer's
         fetch cache (exactly_once only: under at-least-once Faust already does)."""
         thread = consumer._thread

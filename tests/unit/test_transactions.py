@@ -313,7 +313,7 @@ def test_the_producer_of_a_partition_revoked_but_kept_as_standby_is_stopped() ->
         before = dict(app.producer._transaction_producers)
         manager = app.consumer.transactions
         if guarded:
-            Transactions(app)._guard_commits()
+            Transactions(app)._stop_revoked(manager)
         manager.standbys = {TP(RESULTS, 1)}
         run(
             manager.on_rebalance(
