@@ -205,6 +205,24 @@ def missing_ranges(settings: Settings, result_ids: set[str]) -> dict[int, list[t
     return ranges
 
 
+def assert_none_missing(
+    settings: Settings, everything: set[str], tally: ScoredTally, context: str = ""
+) -> None:
+    """Every result was scored; a failure names the input offsets of the lost ones."""
+    missing = everything - set(tally.copies)
+    assert not missing, (
+        f"{len(missing)} results never scored, at input offsets "
+        f"{missing_ranges(settings, missing)}{context}"
+    )
+
+
+def duplicates_made_by_worker(settings: Settings, everything: set[str], tally: ScoredTally) -> int:
+    """Scored duplicates beyond those of inputs the feeder had to send twice (a timeout:
+    scored twice legitimately)."""
+    inputs = input_copies(settings, everything)
+    return tally.duplicates - sum(n - 1 for n in inputs.values())
+
+
 def golden_and_results(
     tag: str, queries: int, results: int, seed: int
 ) -> tuple[list[GoldenQuery], list[RetrievalResult]]:
@@ -340,17 +358,12 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
             isolation_level=isolation,
         )
         tally = ScoredTally.of(records)
-        missing = everything - set(tally.copies)
-        assert not missing, (
-            f"{len(missing)} results never scored, at input offsets "
-            f"{missing_ranges(settings, missing)}; kills (sent at kill, ready s, scoring s): "
-            f"{recoveries}"
+        assert_none_missing(
+            settings, everything, tally, f"; kills (sent at kill, ready s, scoring s): {recoveries}"
         )
         assert set(tally.copies) == everything
         tally.assert_copies_agree()
-        # Inputs the feeder had to send twice (a timeout) are scored twice legitimately.
-        inputs = input_copies(settings, everything)
-        made_by_worker = tally.duplicates - sum(n - 1 for n in inputs.values())
+        made_by_worker = duplicates_made_by_worker(settings, everything, tally)
         if guarantee == "exactly_once":
             # A read_committed consumer sees every result once (scorer.stream.transactions).
             assert made_by_worker == 0, f"{made_by_worker} duplicates made by the worker"
@@ -455,15 +468,11 @@ def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
             isolation_level=isolation,
         )
         tally = ScoredTally.of(records)
-        missing = everything - set(tally.copies)
-        assert not missing, (
-            f"{len(missing)} results never scored, at input offsets "
-            f"{missing_ranges(settings, missing)}"
-        )
+        assert_none_missing(settings, everything, tally)
+        assert set(tally.copies) == everything
         tally.assert_copies_agree()
         if guarantee == "exactly_once":
-            inputs = input_copies(settings, everything)
-            made_by_worker = tally.duplicates - sum(n - 1 for n in inputs.values())
+            made_by_worker = duplicates_made_by_worker(settings, everything, tally)
             assert made_by_worker == 0, f"{made_by_worker} duplicates made by the workers"
         # Either worker answers for every run (forwarded to the owner).
         assert_rollups_count_each_result_once(victim, results, golden)
