@@ -205,19 +205,13 @@ def create_app(settings: Settings) -> Scorer:
         consumer.commit = commit_after_flush
         consumer._scorer_flushes_rollups = True
 
-    def before_first_event() -> None:
-        """What the input agents install on the consumer before they take an event."""
-        flush_rollups_before_commits()
-        if app.in_transaction:
-            transactions.log_seeks()
-
     def position_of(message: Any, seq: int = 0) -> runs.SourcePosition:
         return runs.SourcePosition(message.topic, message.partition, message.offset, seq)
 
     @app.agent(results_topic, concurrency=1)
     async def score_results(stream: Any) -> None:
         nonlocal parked_count
-        before_first_event()
+        flush_rollups_before_commits()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.result_inputs.inc()
@@ -257,7 +251,7 @@ def create_app(settings: Settings) -> Scorer:
     @app.agent(qrels_topic, concurrency=1)
     async def store_qrels(stream: Any) -> None:
         nonlocal parked_count
-        before_first_event()
+        flush_rollups_before_commits()
         async for event in one_at_a_time(stream):
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()

@@ -160,9 +160,11 @@ class Transactions:
 
     def guard_rebalances(self, consumer: Any) -> None:
         """The exactly_once fixes a new consumer needs before its first rebalance:
-        revoked partitions' producers stopped, changelog ends from the broker."""
+        revoked partitions' producers stopped, changelog ends from the broker, and
+        the seeks logged."""
         self._stop_revoked(consumer.transactions)
         self._read_ends_from_broker(consumer)
+        self._log_seeks(consumer)
 
     def _stop_revoked(self, manager: Any) -> None:
         """Stop the producers of revoked partitions before Faust starts the assigned
@@ -197,13 +199,11 @@ class Transactions:
 
         thread._highwaters = end_offsets
 
-    def log_seeks(self) -> None:
+    @staticmethod
+    def _log_seeks(consumer: Any) -> None:
         """Log the committed offsets Faust seeks to after each assignment, beside the
         first event each partition hands over (``events``): the evidence needed when
-        a restart loses or repeats events (once per consumer; call before any event)."""
-        consumer = self.app.consumer
-        if getattr(consumer, "_scorer_logs_seeks", False):
-            return
+        a restart loses or repeats events."""
         seek_to_committed = consumer.seek_to_committed
 
         async def logged_seek_to_committed() -> Any:
@@ -215,7 +215,6 @@ class Transactions:
             return offsets
 
         consumer.seek_to_committed = logged_seek_to_committed
-        consumer._scorer_logs_seeks = True
 
     async def events(self, stream: Any) -> AsyncIterator[Any]:
         """The stream's events; under exactly_once no commit happens while one is
