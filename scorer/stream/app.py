@@ -34,7 +34,7 @@ from typing import Any
 import faust
 
 from scorer.settings import Settings
-from scorer.stream import core, runs
+from scorer.stream import core, faust_edge, runs
 from scorer.stream.faust_metrics import setup_faust_metrics
 from scorer.stream.resume import hold_inputs_until_seeked
 from scorer.stream.telemetry import Telemetry
@@ -100,6 +100,7 @@ def create_app(settings: Settings) -> Scorer:
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     setup_faust_metrics(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
+    faust_edge.install(app, telemetry.registry)
 
     results_topic = app.topic(settings.results_topic, **RAW)
     qrels_topic = app.topic(settings.qrels_topic, **RAW)

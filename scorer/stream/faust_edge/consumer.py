@@ -1,0 +1,387 @@
+"""The worker's Kafka consumer: Faust's aiokafka consumer with the start-up guards.
+
+Installed through Faust's class hook (``app.transport.Consumer``); everything
+else about the consumer (the group, Faust's assignor, table recovery, the
+commit timer, transactions) is Faust's. What changes:
+
+- **The fetch takes a snapshot of the active partitions.** Faust hands the
+  consumer thread its *live* set of active partitions; when table recovery
+  ends Faust empties that set in place, and aiokafka reads an empty set as
+  "every partition", so an in-flight fetch drained the prefetched input batches
+  and moved their positions past them. Here the set is copied when the fetch
+  is asked for, and an empty set fetches nothing (:class:`GuardedConsumerThread`).
+- **A fetched batch never moves a position it did not hand over.** The fetch
+  returns, per partition, the records *and* the offset range they cover
+  (:func:`fetch_batches`). A batch of a partition that is not active any more,
+  or that arrives while the flow is stopped or after a new generation, or whose
+  delivery stops half way, is sought back to its first undelivered offset
+  instead of being dropped. Every batch of an input partition must continue
+  where the last one ended (:class:`~scorer.stream.faust_edge.ledger.InputLedger`):
+  a batch that starts later is refused and refetched.
+- **The seek after an assignment is real.** aiokafka's ``seek_to_committed``
+  does nothing for a partition with no committed offset (or offset 0), so the
+  position stayed wherever earlier fetches left it. Here such an input
+  partition is reset as ``auto_offset_reset`` says (:meth:`perform_seek`).
+- **Commits never pass a head gap.** Faust checks the first acked offset
+  against the committed one only when a committed offset exists; here the
+  start of the partition (the position after the seek) stands in for it.
+
+The broker fetch wait is a setting (Faust hardcodes 1.5 s, which stalls a
+consumer behind fetches of idle partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from time import monotonic
+from typing import Any, ClassVar, NamedTuple
+
+from aiokafka.consumer.fetcher import FetchResult
+from aiokafka.errors import ConsumerStoppedError
+from aiokafka.structs import TopicPartition
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.types import TP
+
+from scorer.stream.faust_edge.ledger import Admission, InputLedger
+
+logger = logging.getLogger(__name__)
+
+
+class FetchedBatch(NamedTuple):
+    """The records of one partition from one fetch, and the offsets they cover:
+    ``[start, end)`` includes transaction markers and aborted records the client
+    skipped, so consecutive batches of a partition touch (``end == next start``)."""
+
+    records: list[Any]
+    start: int
+    end: int
+
+
+async def fetch_batches(
+    fetcher: Any, partitions: frozenset[Any] | None, timeout: float, max_records: int | None
+) -> dict[Any, FetchedBatch]:
+    """aiokafka's ``Fetcher.fetched_records`` for the partitions in ``partitions`` only
+    (None: every assigned partition; an empty set is never passed), returning each
+    partition's position before and after its records. Runs in the consumer thread."""
+    subscriptions = fetcher._subscriptions
+    while True:
+        if subscriptions.reassignment_in_progress:
+            await subscriptions.wait_for_assignment()
+        started = monotonic()
+        batches: dict[Any, FetchedBatch] = {}
+        for tp in list(fetcher._records):
+            if partitions is not None and tp not in partitions:
+                if not subscriptions.is_assigned(tp):
+                    del fetcher._records[tp]
+                continue
+            result = fetcher._records[tp]
+            if type(result) is not FetchResult:  # a fetch error of this partition
+                if batches:
+                    return batches
+                del fetcher._records[tp]
+                fetcher._notify(fetcher._wait_consume_future)
+                result.check_raise()
+            if not result.check_assignment(tp):  # revoked, paused or sought elsewhere
+                del fetcher._records[tp]
+                fetcher._notify(fetcher._wait_consume_future)
+                continue
+            start = result._partition_records.next_fetch_offset
+            records = result.getall(max_records)
+            end = result._assignment.state_value(tp).position
+            if not result.has_more():
+                del fetcher._records[tp]
+                fetcher._notify(fetcher._wait_consume_future)
+            if records or end > start:
+                batches[tp] = FetchedBatch(records, start, end)
+            if max_records is not None:
+                max_records -= len(records)
+                if max_records <= 0:
+                    break
+        if batches or not timeout:
+            return batches
+        waiter = fetcher._create_fetch_waiter()
+        done, pending = await asyncio.wait([waiter], timeout=timeout)
+        if not done or fetcher._closed:
+            for future in pending:
+                future.cancel()
+            return {}
+        if waiter.done():
+            waiter.result()  # raises an authorization error
+        timeout = max(0.0, timeout - (monotonic() - started))
+
+
+class GuardedConsumerThread(AIOKafkaConsumerThread):
+    """Faust's consumer thread: snapshot fetches, a configurable broker fetch wait."""
+
+    fetch_max_wait_ms: ClassVar[int] = 1500
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Faust passes 1500 ms; aiokafka reads the attribute when the consumer starts.
+        consumer._fetch_max_wait_ms = self.fetch_max_wait_ms
+        return consumer
+
+    async def getmany(  # type: ignore[override]
+        self, active_partitions: set[TP] | None, timeout: float
+    ) -> dict[Any, FetchedBatch]:
+        # Copied here, on the event loop, before the request crosses to the thread:
+        # Faust changes the set it passed while the fetch waits.
+        partitions = None if active_partitions is None else frozenset(active_partitions)
+        if partitions is not None and not partitions:
+            return {}
+        consumer = self._ensure_consumer()
+        return await self.call_thread(
+            self._fetch_batches,
+            consumer,
+            partitions,
+            timeout=timeout,
+            max_records=consumer._max_poll_records,
+        )
+
+    async def _fetch_batches(
+        self,
+        consumer: Any,
+        partitions: frozenset[Any] | None,
+        timeout: float,
+        max_records: int | None,
+    ) -> dict[Any, FetchedBatch]:
+        if not self.consumer.flow_active:
+            return {}
+        fetcher = consumer._fetcher
+        if consumer._closed or fetcher._closed:
+            raise ConsumerStoppedError()
+        with fetcher._subscriptions.fetch_context():
+            return await fetch_batches(fetcher, partitions, timeout, max_records)
+
+    async def seek_back(self, offsets: Mapping[TP, int]) -> None:
+        """Seek assigned partitions to ``offsets`` in the consumer thread (revoked
+        ones are left alone: their next owner starts from the committed offset)."""
+        await self.call_thread(self._seek_back, offsets)
+
+    async def _seek_back(self, offsets: Mapping[TP, int]) -> None:
+        consumer = self._ensure_consumer()
+        assigned = consumer.assignment()
+        for tp, offset in offsets.items():
+            if tp in assigned:
+                consumer.seek(TopicPartition(tp.topic, tp.partition), offset)
+
+    async def reset_and_positions(
+        self, reset: Iterable[TP], partitions: Iterable[TP]
+    ) -> dict[TP, int]:
+        """Reset ``reset`` as ``auto_offset_reset`` says, then the positions of ``partitions``."""
+        return await self.call_thread(self._reset_and_positions, list(reset), list(partitions))
+
+    async def _reset_and_positions(self, reset: list[TP], partitions: list[TP]) -> dict[TP, int]:
+        consumer = self._ensure_consumer()
+        assigned = consumer.assignment()
+        reset = [TopicPartition(tp.topic, tp.partition) for tp in reset if tp in assigned]
+        if reset:
+            if self.app.conf.consumer_auto_offset_reset == "latest":
+                await consumer.seek_to_end(*reset)
+            else:
+                await consumer.seek_to_beginning(*reset)
+        positions = {}
+        for tp in partitions:
+            if tp in assigned:
+                positions[tp] = await consumer.position(TopicPartition(tp.topic, tp.partition))
+        return positions
+
+
+class GuardedConsumer(AIOKafkaConsumer):
+    """Faust's aiokafka consumer with the start-up guards (see the module docstring)."""
+
+    Thread: ClassVar[type[GuardedConsumerThread]] = GuardedConsumerThread
+    ledger: ClassVar[InputLedger] = InputLedger()
+    """Set per app by ``faust_edge.install`` (one consumer per worker process)."""
+
+    def _new_consumer_thread(self) -> GuardedConsumerThread:
+        return self.Thread(self, loop=self.loop, beacon=self.beacon)
+
+    # ---------------------------------------------------------------- seeks
+
+    def _input_partitions(self) -> set[TP]:
+        return {tp for tp in self.assignment() if not self._is_changelog_tp(tp)}
+
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets, made real for input partitions with
+        no committed offset (reset per ``auto_offset_reset``) or offset 0; then each
+        input partition's ledger starts at its position."""
+        await super().perform_seek()
+        inputs = self._input_partitions()
+        unset = {tp for tp in inputs if not self._committed_offset.get(tp)}
+        if not inputs:
+            return
+        positions = await self._thread.reset_and_positions(unset, inputs)
+        for tp, position in positions.items():
+            if tp in unset:
+                # Faust keeps None for "no committed offset": the reset position is
+                # what a commit must not pass a gap after.
+                self._read_offset[tp] = position or None
+            self.ledger.started(tp, position)
+        if unset:
+            logger.info(
+                "No committed offset: reset to the %s offset %s",
+                self.app.conf.consumer_auto_offset_reset,
+                ", ".join(f"{tp.topic}/{tp.partition}={positions.get(tp)}" for tp in sorted(unset)),
+            )
+
+    async def seek(self, partition: TP, offset: int) -> None:
+        await super().seek(partition, offset)
+        if not self._is_changelog_tp(partition):
+            self.ledger.started(partition, offset)
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self.ledger.forget(revoked)
+        await super().on_partitions_revoked(revoked)
+
+    # ---------------------------------------------------------------- commits
+
+    def _new_offset(self, tp: TP) -> int | None:
+        acked = self._acked[tp]
+        ledger = self.ledger.partitions.get(tp)
+        # Faust checks the head only against a committed offset; with none, the
+        # start stands in (the same one-offset slack as Faust's check, for a
+        # transaction marker at the start).
+        if (
+            acked
+            and ledger is not None
+            and not self._committed_offset[tp]
+            and min(acked) - ledger.start > 1
+        ):
+            return None
+        return super()._new_offset(tp)
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        for tp, offset in offsets.items():
+            if not self.ledger.committing(tp, offset):
+                ledger = self.ledger.partitions[tp]
+                logger.error(
+                    "Committing %s/%s at %s, past what this worker handed over "
+                    "(start %s + %s offsets): records were lost",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    ledger.start,
+                    ledger.accounted,
+                )
+        return await super()._commit_offsets(offsets, start_new_transaction)
+
+    # ---------------------------------------------------------------- delivery
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover (needs a broker)
+        """Faust's drain loop over :func:`fetch_batches`: each batch goes through
+        :meth:`_deliver`; what is not handed over is sought back."""
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                set_flag(CONSUMER_FETCHING)
+                batches, _ = await self._wait_next_records(1.0)
+                await self.sleep(0)
+                if not batches or self.should_stop:
+                    unset_flag(CONSUMER_FETCHING)
+                    continue
+                if not self.flow_active:
+                    # As Faust: a fetch that returns while the flow is stopped seeks
+                    # every partition back to its committed offset.
+                    try:
+                        await self.perform_seek()
+                    except Exception as error:
+                        logger.warning("Seek while the flow is stopped failed: %r", error)
+                    unset_flag(CONSUMER_FETCHING)
+                    continue
+                await self._deliver_all(batches)
+                unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                logger.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                logger.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as error:
+            logger.exception("Drain messages raised: %r", error)
+            raise
+        finally:
+            unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver_all(self, batches: Mapping[TP, FetchedBatch]) -> None:
+        """Hand each partition's batch over, in turn; seek back what was not handed."""
+        app = self.app
+        generation_id = app.consumer_generation_id
+        refetch: dict[TP, int] = {}
+        for tp, batch in batches.items():
+            active = self._active_partitions
+            if (
+                not self.flow_active
+                or app.consumer_generation_id != generation_id
+                or not (active is None or tp in active or tp in self._buffered_partitions)
+            ):
+                refetch[tp] = batch.start
+                continue
+            tracked = not self._is_changelog_tp(tp)
+            hand_from = batch.start
+            if tracked:
+                verdict = self.ledger.admit(tp, batch.start, batch.end)
+                if verdict.admission is Admission.STALE:
+                    continue
+                if verdict.admission is Admission.HOLE:
+                    logger.warning(
+                        "%s/%s: fetched from %s but %s was not handed over yet: refetching",
+                        tp.topic,
+                        tp.partition,
+                        batch.start,
+                        verdict.offset,
+                    )
+                    refetch[tp] = verdict.offset
+                    continue
+                hand_from = verdict.offset
+            stopped_at = await self._deliver(tp, batch, hand_from, generation_id)
+            if tracked:
+                self.ledger.handed(tp, hand_from, batch.end if stopped_at is None else stopped_at)
+            if stopped_at is not None:
+                refetch[tp] = stopped_at
+        if refetch:
+            logger.debug("Seeking back batches not handed over: %r", refetch)
+            await self._thread.seek_back(refetch)
+
+    async def _deliver(
+        self, tp: TP, batch: FetchedBatch, hand_from: int, generation_id: int
+    ) -> int | None:
+        """Faust's per-message delivery (conductor, stream queues, agents) of the
+        batch's records from ``hand_from`` on; returns the offset of the first record
+        not handed over when the flow stopped or the generation changed, else None."""
+        app = self.app
+        callback = self.callback
+        to_message = self._to_message
+        read_offset = self._read_offset
+        acks_enabled = app.topics.acks_enabled_for(tp.topic)
+        for n, record in enumerate(batch.records):
+            offset = record.offset
+            if offset < hand_from:
+                continue
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return offset
+            if n and not n % 100:
+                await asyncio.sleep(0)
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                continue
+            if offset - (r_offset or 0) > 1 and r_offset and acks_enabled:
+                await self._add_gap(tp, r_offset + 1, offset)
+            if self._commit_every is not None and self._n_acked >= self._commit_every:
+                self._n_acked = 0
+                await self.commit()
+            await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
+            read_offset[tp] = offset
+        return None

@@ -1,0 +1,302 @@
+"""The start-up guards of the worker's consumer (scorer.stream.faust_edge), without a
+broker: the input ledger, the snapshot fetch over aiokafka's fetch buffer, and the
+drain's bookkeeping against a stand-in of Faust's consumer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka.consumer.fetcher import FetchResult
+from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.structs import TopicPartition
+from intervaltree import IntervalTree
+
+from scorer.stream.faust_edge.consumer import (
+    FetchedBatch,
+    GuardedConsumer,
+    GuardedConsumerThread,
+    fetch_batches,
+)
+from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
+
+RESULTS = [TopicPartition("results", p) for p in range(2)]
+CHANGELOG = TopicPartition("app-qrels-changelog", 0)
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+def test_a_batch_that_continues_where_the_last_ended_is_handed_over() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 100)
+    assert ledger.admit(RESULTS[0], 100, 150).admission is Admission.HAND
+    ledger.handed(RESULTS[0], 100, 150)
+    verdict = ledger.admit(RESULTS[0], 150, 160)
+    assert (verdict.admission, verdict.offset) == (Admission.HAND, 150)
+    assert ledger.partitions[RESULTS[0]].accounted == 50
+
+
+def test_a_batch_past_the_first_offset_not_handed_over_is_a_hole_to_refetch() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 0)
+    verdict = ledger.admit(RESULTS[0], 1636, 4951)  # the start-up loss: 0..1635 taken
+    assert (verdict.admission, verdict.offset) == (Admission.HOLE, 0)
+    assert ledger.holes == 1
+    assert ledger.partitions[RESULTS[0]].expected == 0
+
+
+def test_a_refetched_batch_is_handed_over_from_the_first_new_offset_only() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 0)
+    ledger.handed(RESULTS[0], 0, 40)
+    assert ledger.admit(RESULTS[0], 10, 30).admission is Admission.STALE
+    verdict = ledger.admit(RESULTS[0], 10, 60)
+    assert (verdict.admission, verdict.offset) == (Admission.HAND, 40)
+
+
+def test_a_commit_past_start_plus_accounted_offsets_is_a_violation() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 10)
+    ledger.handed(RESULTS[0], 10, 30)
+    assert ledger.committing(RESULTS[0], 30)
+    assert not ledger.committing(RESULTS[0], 31)
+    assert ledger.violations == 1
+    assert ledger.committing(RESULTS[1], 5)  # untracked partitions are not judged
+
+
+def test_the_ledger_is_exported_per_partition() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[1], 7)
+    ledger.handed(RESULTS[1], 7, 19)
+    ledger.committing(RESULTS[1], 19)
+    ledger.admit(RESULTS[1], 25, 30)
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in LedgerCollector(ledger).collect()
+        for sample in family.samples
+    }
+    labels = (("partition", "1"), ("topic", "results"))
+    assert samples[("scorer_input_start_offset", labels)] == 7
+    assert samples[("scorer_input_accounted_offsets", labels)] == 12
+    assert samples[("scorer_input_committed_offset", labels)] == 19
+    assert samples[("scorer_input_refetched_batches_total", ())] == 1
+    assert samples[("scorer_input_commit_violations_total", ())] == 0
+
+
+# ---------------------------------------------------------------- the snapshot fetch
+
+
+class StandInRecords:
+    """aiokafka's PartitionRecords: records to yield, and the next offset to fetch
+    (past a trailing transaction marker once the records are consumed)."""
+
+    def __init__(self, start: int, offsets: list[int], end: int) -> None:
+        self.next_fetch_offset = start
+        self._offsets = offsets
+        self._end = end
+
+    def __iter__(self) -> StandInRecords:
+        return self
+
+    def __next__(self) -> SimpleNamespace:
+        if not self._offsets:
+            self.next_fetch_offset = self._end
+            raise StopIteration
+        offset = self._offsets.pop(0)
+        self.next_fetch_offset = offset + 1
+        return SimpleNamespace(offset=offset)
+
+
+class StandInFetcher:
+    """aiokafka's Fetcher: its buffer of fetched results, over a real subscription."""
+
+    def __init__(self, positions: dict[TopicPartition, int]) -> None:
+        self._subscriptions = SubscriptionState()
+        self._subscriptions.assign_from_user(set(positions))
+        self.assignment = self._subscriptions.subscription.assignment
+        for tp, position in positions.items():
+            self.assignment.state_value(tp).seek(position)
+        self._records: dict[TopicPartition, Any] = {}
+        self._wait_consume_future = None
+        self._closed = False
+
+    def buffer(self, tp: TopicPartition, offsets: list[int], end: int) -> None:
+        start = self.assignment.state_value(tp).position
+        self._records[tp] = FetchResult(
+            tp,
+            assignment=self.assignment,
+            partition_records=StandInRecords(start, offsets, end),
+            backoff=0,
+        )
+
+    def _notify(self, future: Any) -> None:
+        pass
+
+    def _create_fetch_waiter(self) -> asyncio.Future:
+        return asyncio.get_running_loop().create_future()
+
+
+def test_the_fetch_returns_only_the_snapshot_partitions_with_their_offset_ranges() -> None:
+    async def scenario() -> None:
+        fetcher = StandInFetcher({RESULTS[0]: 0, RESULTS[1]: 0, CHANGELOG: 5})
+        fetcher.buffer(RESULTS[0], [0, 1, 2], end=4)  # a commit marker at 3
+        fetcher.buffer(RESULTS[1], [0, 1], end=2)
+        fetcher.buffer(CHANGELOG, [5, 6], end=7)
+        got = await fetch_batches(fetcher, frozenset({CHANGELOG}), 0, None)
+        assert {tp: (batch.start, batch.end) for tp, batch in got.items()} == {CHANGELOG: (5, 7)}
+        # The results partitions were not in the snapshot: records and positions stay.
+        assert set(fetcher._records) == set(RESULTS)
+        assert fetcher.assignment.state_value(RESULTS[0]).position == 0
+        got = await fetch_batches(fetcher, None, 0, None)
+        assert {tp: (batch.start, batch.end) for tp, batch in got.items()} == {
+            RESULTS[0]: (0, 4),
+            RESULTS[1]: (0, 2),
+        }
+        assert [record.offset for record in got[RESULTS[0]].records] == [0, 1, 2]
+        assert fetcher.assignment.state_value(RESULTS[0]).position == 4
+
+    asyncio.run(scenario())
+
+
+def test_a_paused_partitions_buffered_records_are_dropped_without_moving_its_position() -> None:
+    async def scenario() -> None:
+        fetcher = StandInFetcher({RESULTS[0]: 0})
+        fetcher.buffer(RESULTS[0], [0, 1, 2], end=3)
+        fetcher.assignment.state_value(RESULTS[0]).pause()
+        assert await fetch_batches(fetcher, None, 0, None) == {}
+        assert fetcher.assignment.state_value(RESULTS[0]).position == 0
+        assert not fetcher._records
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_of_only_markers_still_advances_the_range() -> None:
+    async def scenario() -> None:
+        fetcher = StandInFetcher({RESULTS[0]: 10})
+        fetcher.buffer(RESULTS[0], [], end=12)
+        got = await fetch_batches(fetcher, None, 0, None)
+        assert {tp: (batch.records, batch.start, batch.end) for tp, batch in got.items()} == {
+            RESULTS[0]: ([], 10, 12)
+        }
+
+    asyncio.run(scenario())
+
+
+def test_the_partition_set_is_copied_when_the_fetch_is_asked_for_and_empty_fetches_nothing() -> (
+    None
+):
+    thread = GuardedConsumerThread.__new__(GuardedConsumerThread)
+    asked: list[Any] = []
+
+    async def call_thread(method: Any, consumer: Any, partitions: Any, **kwargs: Any) -> dict:
+        asked.append(partitions)
+        active.clear()  # Faust empties its live set while the fetch waits
+        return {}
+
+    thread._consumer = SimpleNamespace(_max_poll_records=500)
+    thread.call_thread = call_thread  # type: ignore[method-assign]
+    active = {RESULTS[0], RESULTS[1]}
+    asyncio.run(thread.getmany(active, 1.0))
+    assert asked == [frozenset(RESULTS)]
+    assert asyncio.run(thread.getmany(set(), 1.0)) == {}
+    assert len(asked) == 1, "an empty set never reaches the fetcher"
+
+
+# ---------------------------------------------------------------- the drain's bookkeeping
+
+
+class StandInThread:
+    def __init__(self) -> None:
+        self.sought: dict[TopicPartition, int] = {}
+
+    async def seek_back(self, offsets: dict[TopicPartition, int]) -> None:
+        self.sought.update(offsets)
+
+
+def stand_in_consumer(stop_after: int | None = None) -> tuple[GuardedConsumer, list[int]]:
+    """A GuardedConsumer with Faust's bookkeeping structures and a callback that
+    records the offsets delivered (and stops the flow after ``stop_after`` of them)."""
+    consumer = GuardedConsumer.__new__(GuardedConsumer)
+    delivered: list[int] = []
+    consumer.ledger = InputLedger()  # type: ignore[misc]
+    consumer.app = SimpleNamespace(
+        consumer_generation_id=1,
+        topics=SimpleNamespace(acks_enabled_for=lambda topic: True),
+        tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}),
+    )
+    consumer.flow_active = True
+    consumer._active_partitions = set(RESULTS)
+    consumer._buffered_partitions = set()
+    consumer._read_offset = defaultdict(lambda: None)
+    consumer._acked = defaultdict(list)
+    consumer._acked_index = defaultdict(set)
+    consumer._committed_offset = defaultdict(lambda: None)
+    consumer._gap = defaultdict(IntervalTree)
+    consumer._commit_every = None
+    consumer._n_acked = 0
+    consumer._thread = StandInThread()  # type: ignore[assignment]
+    consumer.suspend_flow = asyncio.Event()
+
+    async def callback(message: SimpleNamespace) -> None:
+        delivered.append(message.offset)
+        if stop_after is not None and len(delivered) >= stop_after:
+            consumer.flow_active = False
+
+    async def wait_first(*coroutines: Any) -> None:
+        await coroutines[0]
+        coroutines[1].close()
+
+    consumer.callback = callback  # type: ignore[assignment]
+    consumer.wait_first = wait_first  # type: ignore[method-assign]
+    consumer._to_message = lambda tp, record: record  # type: ignore[method-assign]
+    return consumer, delivered
+
+
+def batch(first: int, last: int, end: int | None = None) -> FetchedBatch:
+    records = [SimpleNamespace(offset=offset) for offset in range(first, last + 1)]
+    return FetchedBatch(records, first, last + 1 if end is None else end)
+
+
+def test_a_hole_is_sought_back_and_nothing_of_it_is_delivered() -> None:
+    consumer, delivered = stand_in_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(1636, 1700)}))
+    assert delivered == []
+    assert consumer._thread.sought == {RESULTS[0]: 0}
+
+
+def test_a_batch_of_a_partition_no_longer_active_is_sought_back_to_its_start() -> None:
+    consumer, delivered = stand_in_consumer()
+    consumer._active_partitions = {RESULTS[1]}
+    consumer.ledger.started(RESULTS[0], 0)
+    consumer.ledger.started(RESULTS[1], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 9), RESULTS[1]: batch(0, 2)}))
+    assert delivered == [0, 1, 2]
+    assert consumer._thread.sought == {RESULTS[0]: 0}
+    assert consumer.ledger.partitions[RESULTS[0]].expected == 0
+    assert consumer.ledger.partitions[RESULTS[1]].expected == 3
+
+
+def test_a_delivery_the_flow_stops_half_way_is_sought_back_to_the_first_undelivered() -> None:
+    consumer, delivered = stand_in_consumer(stop_after=4)
+    consumer.ledger.started(RESULTS[0], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 9)}))
+    assert delivered == [0, 1, 2, 3]
+    assert consumer._thread.sought == {RESULTS[0]: 4}
+    ledger = consumer.ledger.partitions[RESULTS[0]]
+    assert (ledger.expected, ledger.accounted) == (4, 4)
+
+
+@pytest.mark.parametrize("committed", [None, 0])
+def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int | None) -> None:
+    consumer, _ = stand_in_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    consumer._committed_offset[RESULTS[0]] = committed
+    consumer._acked[RESULTS[0]].extend(range(1636, 1700))
+    assert consumer._new_offset(RESULTS[0]) is None
+    consumer._acked[RESULTS[0]][:0] = range(0, 1636)
+    assert consumer._new_offset(RESULTS[0]) == 1700
