@@ -68,6 +68,20 @@ def test_a_commit_past_start_plus_accounted_offsets_is_a_violation() -> None:
     assert ledger.committing(RESULTS[1], 5)  # untracked partitions are not judged
 
 
+def test_a_seek_back_to_the_committed_offset_keeps_what_was_handed_over() -> None:
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 100)
+    ledger.handed(RESULTS[0], 100, 200)
+    ledger.started(RESULTS[0], 120)  # a rebalance: back to the committed offset
+    assert ledger.committing(RESULTS[0], 200)  # processed before the seek: no violation
+    assert ledger.admit(RESULTS[0], 120, 150).admission is Admission.HAND
+    ledger.handed(RESULTS[0], 120, 150)
+    assert ledger.partitions[RESULTS[0]].accounted == 100
+    ledger.started(RESULTS[0], 500)  # forward past the range: another worker went on
+    assert ledger.partitions[RESULTS[0]].accounted == 0
+    assert not ledger.committing(RESULTS[0], 501)
+
+
 def test_the_ledger_is_exported_per_partition() -> None:
     ledger = InputLedger()
     ledger.started(RESULTS[1], 7)

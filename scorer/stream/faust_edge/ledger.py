@@ -10,9 +10,9 @@ consumer seeks the partition back to the first offset not handed over.
 
 It also keeps the invariant an operator can alert on, per input partition:
 the committed offset never exceeds ``start + accounted``, where ``accounted``
-counts the offsets (records, and the transaction markers between them) of
-every range handed over since the start. A hole in the processing shows up as
-a commit beyond that sum.
+counts the offsets (records, and the transaction markers between them) of the
+contiguous range handed over since the start. A commit of records that were
+never handed over to processing shows up as a commit beyond that sum.
 """
 
 from __future__ import annotations
@@ -45,14 +45,18 @@ class Verdict:
 @dataclass(slots=True)
 class PartitionLedger:
     start: int
-    """Where this worker began reading the partition (the position after its last
-    seek to the committed offset or to the reset policy)."""
+    """Where this worker began reading the partition in this assignment."""
     expected: int
-    """The first offset not handed over yet."""
-    accounted: int = 0
-    """Offsets handed over since ``start``, summed batch by batch."""
+    """The next offset to hand over (moves back when the partition is sought back)."""
+    high: int
+    """The end of the contiguous range ``[start, high)`` handed over so far."""
     committed: int | None = None
     """The last offset committed for the partition by this worker."""
+
+    @property
+    def accounted(self) -> int:
+        """Offsets handed over since ``start`` (records and the markers between them)."""
+        return self.high - self.start
 
 
 class InputLedger:
@@ -66,8 +70,17 @@ class InputLedger:
         """Commits beyond ``start + accounted`` (must stay 0)."""
 
     def started(self, tp: Hashable, offset: int) -> None:
-        """The partition was sought to ``offset``: reading starts again there."""
-        self.partitions[tp] = PartitionLedger(start=offset, expected=offset)
+        """The partition was sought to ``offset``: reading goes on from there.
+
+        A seek back into the range already handed over (to the committed offset
+        after a rebalance) keeps the range: those offsets were handed over once.
+        Anywhere else (a first seek, or forward past the range: another worker
+        committed further) the range starts again at ``offset``."""
+        ledger = self.partitions.get(tp)
+        if ledger is not None and ledger.start <= offset <= ledger.high:
+            ledger.expected = offset
+            return
+        self.partitions[tp] = PartitionLedger(start=offset, expected=offset, high=offset)
 
     def forget(self, tps: Iterable[Hashable]) -> None:
         for tp in tps:
@@ -90,8 +103,9 @@ class InputLedger:
     def handed(self, tp: Hashable, first: int, end: int) -> None:
         """Offsets ``[first, end)`` were handed over (``first`` from ``admit``)."""
         ledger = self.partitions[tp]
-        ledger.accounted += end - first
         ledger.expected = end
+        if first <= ledger.high:
+            ledger.high = max(ledger.high, end)
 
     def committing(self, tp: Hashable, offset: int) -> bool:
         """Record a commit of ``offset``; False when it breaks the invariant."""
@@ -99,7 +113,7 @@ class InputLedger:
         if ledger is None:
             return True
         ledger.committed = offset
-        if offset > ledger.start + ledger.accounted:
+        if offset > ledger.high:
             self.violations += 1
             return False
         return True
