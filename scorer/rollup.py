@@ -154,4 +154,3 @@ class RunRollup:
                 for facet, by_value in state.get("facets", {}).items()
             },
         )
-

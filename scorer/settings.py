@@ -105,6 +105,13 @@ class Settings(BaseSettings):
             "producer sent twice is counted once; 0 turns the check off."
         ),
     )
+    kafka_fetch_max_wait_ms: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="How long the broker may hold a fetch for data. Faust hardcodes 1500 ms, "
+        "which stalls busy partitions behind fetches of idle ones (docs/benchmarks.md).",
+    )
     producer_linger_seconds: float = Field(
         0.02,
         ge=0,

@@ -11,6 +11,7 @@ rebalance), so no child outlives its series.
 
 from __future__ import annotations
 
+from time import monotonic
 from typing import Any
 
 from faust.sensors.monitor import Monitor
@@ -41,6 +42,23 @@ class CachedPrometheusMonitor(PrometheusMonitor):
             offset
         )
 
+    def on_batch_in(self, tp: Any, count: int, last_offset: int) -> None:
+        """``count`` records of ``tp`` handed over whole, as one batch (the results
+        topic's path): the same series as ``count`` messages and events."""
+        self.messages_received_total += count
+        self.messages_received_by_topic[tp.topic] += count
+        self.events_total += count
+        self.tp_read_offsets[tp] = last_offset
+        # Faust's livelock check reads it: this partition's events are processed.
+        self.stream_inbound_time[tp] = monotonic()
+        metrics = self._metrics
+        metrics.messages_received.inc(count)
+        metrics.total_events.inc(count)
+        self._child(metrics.messages_received_per_topics, tp.topic).inc(count)
+        self._child(metrics.messages_received_per_topics_partition, tp.topic, tp.partition).set(
+            last_offset
+        )
+
     def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> Any:
         state = Monitor.on_stream_event_in(self, tp, offset, stream, event)
         metrics = self._metrics
@@ -49,8 +67,8 @@ class CachedPrometheusMonitor(PrometheusMonitor):
         child = self._labelled.get(("stream", id(stream)))
         if child is None:
             label = f"stream.{self._stream_label(stream)}.events"
-            child = self._labelled[("stream", id(stream))] = (
-                metrics.total_events_per_stream.labels(stream=label)
+            child = self._labelled[("stream", id(stream))] = metrics.total_events_per_stream.labels(
+                stream=label
             )
         child.inc()
         return state

@@ -365,7 +365,7 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         tally.assert_copies_agree()
         made_by_worker = duplicates_made_by_worker(settings, everything, tally)
         if guarantee == "exactly_once":
-            # A read_committed consumer sees every result once (scorer.stream.transactions).
+            # A read_committed consumer sees every result once (faust_edge.transactions).
             assert made_by_worker == 0, f"{made_by_worker} duplicates made by the worker"
         else:
             # At-least-once redelivers at most a few seconds of work per kill.

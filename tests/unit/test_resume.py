@@ -1,4 +1,4 @@
-"""Input partitions held until Faust has sought them (scorer.stream.resume), against a
+"""Input partitions held until Faust has sought them (scorer.stream.faust_edge.resume), against a
 stand-in consumer that plays the order of Faust 0.15.3's recovery: changelog
 partitions resumed and the flow resumed to read them, then the input partitions
 resumed, the seek to committed offsets, the stream queues emptied, the flow resumed."""
@@ -9,7 +9,7 @@ import asyncio
 
 from faust.types import TP
 
-from scorer.stream.resume import hold_inputs_until_seeked
+from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
 
 INPUTS = {TP("results", 0), TP("results", 1), TP("qrels", 0)}
 CHANGELOGS = {TP("app-qrels-changelog", 0), TP("app-qrels-changelog", 1)}

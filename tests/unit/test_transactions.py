@@ -1,4 +1,4 @@
-"""The exactly_once plumbing (scorer.stream.transactions) against stand-ins for
+"""The exactly_once plumbing (scorer.stream.faust_edge.transactions) against stand-ins for
 Faust's app, consumer and transactional producers, without Kafka: an event already
 processed in the current transaction is not processed again, every commit carries
 the offset after the last event whose records are in the transaction (whatever
@@ -14,7 +14,8 @@ from typing import Any
 
 from faust.types import TP
 
-from scorer.stream.transactions import Transactions
+from scorer.stream.faust_edge.consumer import Output
+from scorer.stream.faust_edge.transactions import Transactions
 
 RESULTS = "results"
 
@@ -65,8 +66,10 @@ class Consumer:
         return self.assigned
 
     async def commit(self, offsets: dict[TP, int] | None = None) -> bool:
-        """Faust's commit: its acked offsets, committed in the transactions."""
-        return await self.transactions.commit(offsets or {})
+        """Faust's commit (its acked offsets, committed in the transactions), between
+        two events as ``GuardedConsumer.commit`` makes it."""
+        async with self.gate.lock:
+            return await self.transactions.commit(offsets or {})
 
     async def _transactions_commit(self, offsets, start_new_transaction: bool = True) -> bool:
         self.commits.append(dict(offsets))
@@ -143,20 +146,25 @@ async def processed(transactions: Transactions, stream: Stream) -> list[tuple[in
     return seen
 
 
+def gated(app: App) -> Transactions:
+    """The app's transactions, as the consumer's gate (``faust_edge.install`` does it)."""
+    transactions = Transactions(app)
+    app.consumer.gate = transactions
+    return transactions
+
+
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
 def test_an_event_fetched_again_is_not_processed_again() -> None:
     # Faust delivers the last event read before its seek to the committed offset twice.
-    async def scenario() -> tuple[list, int]:
-        transactions = Transactions(App())
+    async def scenario() -> list:
+        transactions = gated(App())
         stream = Stream([event(0, 5), event(0, 6), event(0, 6), event(0, 7), None])
-        return await processed(transactions, stream), transactions.redelivered
+        return await processed(transactions, stream)
 
-    seen, redelivered = run(scenario())
-    assert seen == [(0, 5), (0, 6), (0, 7)]
-    assert redelivered == 1
+    assert run(scenario()) == [(0, 5), (0, 6), (0, 7)]
 
 
 def test_a_new_transactional_producer_means_the_events_are_processed_again() -> None:
@@ -164,7 +172,7 @@ def test_a_new_transactional_producer_means_the_events_are_processed_again() -> 
     # so what it held must be produced again.
     async def scenario() -> list:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         stream = Stream([event(0, 5), event(0, 6)])
         seen = []
         agen = transactions.events(stream)
@@ -182,7 +190,7 @@ def test_a_new_transactional_producer_means_the_events_are_processed_again() -> 
 def test_a_commit_carries_the_offset_after_the_last_event_processed() -> None:
     async def scenario() -> list[dict[TP, int]]:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         stream = Stream([event(0, 10), event(0, 11), event(1, 3)])
         agen = transactions.events(stream)
         for _ in range(3):
@@ -203,7 +211,7 @@ def test_a_commit_carries_the_offset_after_the_last_event_processed() -> None:
 def test_a_commit_leaves_out_partitions_moved_away_or_without_news() -> None:
     async def scenario() -> list[dict[TP, int]]:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         stream = Stream([event(0, 10), event(1, 3), None])
         await processed(transactions, stream)
         await app.consumer.commit()
@@ -229,7 +237,7 @@ def test_no_offsets_are_committed_outside_a_transaction() -> None:
     # Faust ends every transaction when it stops; its commit timer may fire after that.
     async def scenario() -> list[dict[TP, int]]:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         await processed(transactions, Stream([event(0, 10), event(1, 3), None]))
         app.producer._transaction_producers["app-1-1"]._txn_manager.in_transaction = False
         await app.consumer.commit({TP(RESULTS, 0): 11, TP(RESULTS, 1): 4})
@@ -241,7 +249,7 @@ def test_no_offsets_are_committed_outside_a_transaction() -> None:
 def test_an_event_whose_processing_failed_is_not_marked_processed() -> None:
     async def scenario() -> list[dict[TP, int]]:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         stream = Stream([event(0, 10), event(0, 11)])
         agen = transactions.events(stream)
         await agen.__anext__()
@@ -256,7 +264,7 @@ def test_an_event_whose_processing_failed_is_not_marked_processed() -> None:
 def test_a_commit_waits_for_the_event_in_hand() -> None:
     async def scenario() -> list[str]:
         app = App()
-        transactions = Transactions(app)
+        transactions = gated(app)
         order: list[str] = []
         stream = Stream([event(0, 1), None])
 
@@ -285,9 +293,8 @@ def test_outputs_go_to_the_transaction_of_their_input() -> None:
 
     async def scenario() -> list:
         app = App()
-        transactions = Transactions(app)
-        topic = SimpleNamespace(get_topic_name=lambda: "scored")
-        await transactions.send(topic, SourcePosition(RESULTS, 1, 7), b"k", b"v")
+        transactions = gated(app)
+        await transactions.send(Output("scored", b"k", b"v"), SourcePosition(RESULTS, 1, 7))
         return app.producer.sent
 
     assert run(scenario()) == [("scored", b"v", "app-1-1")]
@@ -296,7 +303,7 @@ def test_outputs_go_to_the_transaction_of_their_input() -> None:
 def test_at_least_once_passes_everything_through() -> None:
     async def scenario() -> tuple[list, list]:
         app = App(in_transaction=False)
-        transactions = Transactions(app)
+        transactions = gated(app)
         stream = Stream([event(0, 5), event(0, 5), None])
         return await processed(transactions, stream), app.consumer.commits
 

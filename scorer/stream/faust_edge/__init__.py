@@ -2,30 +2,90 @@
 
 The rest of the worker talks to Faust through its public API (``faust.App``,
 topics, tables, agents, web views). What Faust 0.15.3 gets wrong for this
-worker is fixed here, through Faust's class hooks where it has one; each
-private name used is listed, with why and which test covers it, in
+worker, and the batch path of the results topic, live here, installed through
+Faust's class hook for the consumer (``Transport.Consumer``). Each private
+name used is listed, with why and which test covers it, in
 docs/faust-internals.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from scorer.stream.faust_edge.consumer import GuardedConsumer, GuardedConsumerThread
+from scorer.stream.faust_edge.consumer import (
+    BatchHandler,
+    GuardedConsumer,
+    GuardedConsumerThread,
+    OpenGate,
+    Output,
+)
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
+from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
+from scorer.stream.faust_edge.transactions import Transactions
+from scorer.stream.faust_edge.versions import check_versions
+
+__all__ = ["Edge", "Output", "check_versions", "install"]
 
 
-def install(app: Any, registry: CollectorRegistry, fetch_max_wait_ms: int = 1500) -> InputLedger:
-    """Make ``app``'s consumer the guarded one; returns its input ledger, whose
-    series are registered in ``registry``."""
+class Edge:
+    """The worker's hold on Faust: its consumer class, transactions and input ledger."""
+
+    def __init__(self, app: Any, consumer_class: type[GuardedConsumer]) -> None:
+        self.app = app
+        self.consumer_class = consumer_class
+        self.ledger: InputLedger = consumer_class.ledger
+        self.transactions = Transactions(app)
+
+    def route(self, topic: Any, handler: BatchHandler) -> None:
+        """Deliver ``topic``'s records to ``handler`` a fetched batch at a time (instead
+        of an agent). The topic is subscribed and co-partitioned as an agent's is."""
+        self.app.topics.add(topic)
+        self.consumer_class.batch_handlers[topic.get_topic_name()] = handler
+
+    def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` at the start of every offset commit, between two batches."""
+        self.consumer_class.before_commit.append(hook)
+
+    async def send(self, output: Output, source: Any) -> None:
+        """Send an agent's output in the transaction of its input partition ``source``
+        (a topic and partition) under exactly_once."""
+        await self.transactions.send(output, source)
+
+    def events(self, stream: Any) -> Any:
+        """An agent's events, one at a time between commits (``Transactions.events``)."""
+        return self.transactions.events(stream)
+
+
+def install(app: Any, registry: CollectorRegistry, fetch_max_wait_ms: int) -> Edge:
+    """Make ``app``'s consumer the guarded one (before anything creates it); the
+    input ledger's series go to ``registry``."""
     ledger = InputLedger()
     thread = type(
         "GuardedConsumerThread", (GuardedConsumerThread,), {"fetch_max_wait_ms": fetch_max_wait_ms}
     )
-    app.transport.Consumer = type(
-        "GuardedConsumer", (GuardedConsumer,), {"Thread": thread, "ledger": ledger}
+    consumer_class = type(
+        "GuardedConsumer",
+        (GuardedConsumer,),
+        {"Thread": thread, "ledger": ledger, "batch_handlers": {}, "before_commit": []},
     )
+    app.transport.Consumer = consumer_class
     registry.register(LedgerCollector(ledger))
-    return ledger
+    edge = Edge(app, consumer_class)
+    new_consumer = app._new_consumer
+
+    def new_guarded_consumer() -> Any:
+        """Faust's consumer (now a GuardedConsumer), with the fixes that must be in
+        place before its first rebalance."""
+        consumer = hold_inputs_until_seeked(new_consumer()).consumer
+        if app.in_transaction:
+            consumer.gate = edge.transactions
+            edge.transactions.guard_rebalances(consumer)
+        else:
+            consumer.gate = OpenGate()
+        return consumer
+
+    app._new_consumer = new_guarded_consumer
+    return edge

@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from time import monotonic
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import ConsumerStoppedError
 from aiokafka.structs import TopicPartition
+from faust.events import Event
+from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
@@ -59,6 +62,57 @@ class FetchedBatch(NamedTuple):
     records: list[Any]
     start: int
     end: int
+
+
+class Output(NamedTuple):
+    """A record a batch handler produced."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+    source: TP | None = None
+    """The input partition whose transaction it belongs in (None: the batch's own)."""
+
+
+class BatchHandler(Protocol):
+    """Handles one partition's fetched records in one synchronous pass: decode, join,
+    score, and return what to send. Table writes made inside reach the changelog
+    partition of ``tp`` (``faust.current_event()`` is set to the batch's last record)."""
+
+    def __call__(self, tp: TP, records: list[Any]) -> list[Output]: ...
+
+
+class BatchGate(Protocol):
+    """What the batch path shares with the exactly_once transactions (the no-op
+    :class:`OpenGate` under at-least-once)."""
+
+    lock: asyncio.Lock
+    """Held while a batch is handled, sent and booked; every commit takes it."""
+
+    def transactional_id(self, tp: TP) -> str | None: ...
+
+    def first_unprocessed(self, tp: TP) -> int | None:
+        """The first offset of ``tp`` not yet in its open transaction (None: any)."""
+
+    def processed(self, tp: TP, offset: int) -> None:
+        """The records of ``tp`` up to ``offset`` were sent in its open transaction."""
+
+
+class OpenGate:
+    """At-least-once: no transaction to join; a lock only so commits see whole batches."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+
+    def transactional_id(self, tp: TP) -> str | None:
+        return None
+
+    def first_unprocessed(self, tp: TP) -> int | None:
+        return None
+
+    def processed(self, tp: TP, offset: int) -> None:
+        pass
 
 
 async def fetch_batches(
@@ -197,6 +251,13 @@ class GuardedConsumer(AIOKafkaConsumer):
     Thread: ClassVar[type[GuardedConsumerThread]] = GuardedConsumerThread
     ledger: ClassVar[InputLedger] = InputLedger()
     """Set per app by ``faust_edge.install`` (one consumer per worker process)."""
+    batch_handlers: ClassVar[dict[str, BatchHandler]] = {}
+    """Topic name -> the handler of its fetched batches (``faust_edge.Edge.route``)."""
+    gate: BatchGate
+    """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
+    before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
+    """Run at the start of every commit, between two batches or events."""
+    _undelivered: BaseException | None = None
 
     def _new_consumer_thread(self) -> GuardedConsumerThread:
         return self.Thread(self, loop=self.loop, beacon=self.beacon)
@@ -239,6 +300,14 @@ class GuardedConsumer(AIOKafkaConsumer):
         await super().on_partitions_revoked(revoked)
 
     # ---------------------------------------------------------------- commits
+
+    async def commit(self, *args: Any, **kwargs: Any) -> bool:
+        """Faust's commit, between two batches (or events, under exactly_once), after
+        the ``before_commit`` hooks."""
+        async with self.gate.lock:
+            for hook in self.before_commit:
+                await hook()
+            return await super().commit(*args, **kwargs)
 
     def _new_offset(self, tp: TP) -> int | None:
         acked = self._acked[tp]
@@ -346,7 +415,11 @@ class GuardedConsumer(AIOKafkaConsumer):
                     refetch[tp] = verdict.offset
                     continue
                 hand_from = verdict.offset
-            stopped_at = await self._deliver(tp, batch, hand_from, generation_id)
+            handler = self.batch_handlers.get(tp.topic)
+            if handler is None:
+                stopped_at = await self._deliver(tp, batch, hand_from, generation_id)
+            else:
+                stopped_at = await self._deliver_batch(tp, batch, hand_from, generation_id, handler)
             if tracked:
                 self.ledger.handed(tp, hand_from, batch.end if stopped_at is None else stopped_at)
             if stopped_at is not None:
@@ -385,3 +458,103 @@ class GuardedConsumer(AIOKafkaConsumer):
             await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
             read_offset[tp] = offset
         return None
+
+    async def _deliver_batch(
+        self,
+        tp: TP,
+        batch: FetchedBatch,
+        hand_from: int,
+        generation_id: int,
+        handler: BatchHandler,
+    ) -> int | None:
+        """Hand a whole batch to ``handler``, send its outputs, and book its offsets as
+        acked in Faust's structures (Faust's commit path then commits them, as for
+        any event). Returns ``hand_from`` when the batch must be fetched again (the
+        flow stopped, or a new generation began, before its offsets were booked)."""
+        app = self.app
+        gate = self.gate
+        records = batch.records
+        if records and records[0].offset < hand_from:
+            records = [record for record in records if record.offset >= hand_from]
+        async with gate.lock:
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return hand_from
+            unprocessed = gate.first_unprocessed(tp)
+            if unprocessed is not None and records and records[0].offset < unprocessed:
+                # Already sent in the open transaction (a seek back after a rebalance
+                # that kept the partition here): sending again would commit twice.
+                records = [record for record in records if record.offset >= unprocessed]
+            outputs: list[Output] = []
+            if records:
+                message = self._to_message(tp, records[-1])
+                event = Event(app, message.key, message.value, message.headers, message)
+                token = _current_event.set(weakref.ref(event))
+                try:
+                    outputs = handler(tp, records)
+                finally:
+                    _current_event.reset(token)
+            await self._send_outputs(tp, outputs)
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                # Revoked while sending: not booked, so processed again (at-least-once
+                # duplicates; under exactly_once the open transaction is aborted).
+                return hand_from
+            offsets = range(hand_from, batch.end)
+            self._acked[tp].extend(offsets)
+            self._acked_index[tp].update(offsets)
+            self._n_acked += len(offsets)
+            self._read_offset[tp] = batch.end - 1
+            if records:
+                gate.processed(tp, records[-1].offset)
+        monitor = app.monitor
+        monitor.track_tp_end_offset(tp, self.highwater(tp))
+        if records:
+            on_batch_in = getattr(monitor, "on_batch_in", None)
+            if on_batch_in is not None:
+                on_batch_in(tp, len(records), records[-1].offset)
+        if self._commit_every is not None and self._n_acked >= self._commit_every:
+            self._n_acked = 0
+            await self.commit()
+        return None
+
+    async def _send_outputs(self, tp: TP, outputs: list[Output]) -> None:
+        """Send a batch's outputs straight to Faust's producer (in the transaction of
+        their input partition under exactly_once); a record the producer gives up on
+        is reported to ``on_delivery_failed``."""
+        if not outputs:
+            return
+        send = self.app.producer.send
+        gate = self.gate
+        own = gate.transactional_id(tp)
+        failed = self._delivery_failed
+        for output in outputs:
+            transactional_id = (
+                own if output.source is None else gate.transactional_id(output.source)
+            )
+            future = await send(
+                output.topic,
+                output.key,
+                output.value,
+                None,
+                None,
+                output.headers,
+                transactional_id=transactional_id,
+            )
+            if transactional_id is None:
+                future.add_done_callback(failed)
+
+    def _delivery_failed(self, future: Any) -> None:
+        if not future.cancelled() and future.exception() is None:
+            return
+        error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+        logger.error("A record was not delivered: %r", error)
+        self._undelivered = error
+
+    async def _commit(self, offsets: Mapping[TP, int]) -> bool:
+        """At-least-once commit (Faust has just flushed the producer, so every output
+        of the batches in ``offsets`` has its outcome): a record the producer gave
+        up on stops the worker instead of being committed past."""
+        error = self._undelivered
+        if error is not None:
+            await self.crash(error)
+            return False
+        return await super()._commit(offsets)

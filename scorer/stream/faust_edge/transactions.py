@@ -22,7 +22,7 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   after which its commits advance one offset at a time while the processing
   runs far ahead. Those transactions commit the records of thousands of events
   with an offset far behind them: a SIGKILL then delivers all of them again
-  (measured: 230 duplicates in one run). ``scorer.stream.resume`` now holds the
+  (measured: 230 duplicates in one run). ``scorer.stream.faust_edge.resume`` now holds the
   input partitions until the seek (the same window also lost events); as a
   guard, the transactions still record, per input partition, the last event
   processed whose records are in the current transactional producer; an event
@@ -58,7 +58,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from scorer.stream.runs import SourcePosition
+from scorer.stream.faust_edge.consumer import Output
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,31 @@ class Transactions:
         self._processed: dict[Any, tuple[Any, int]] = {}
         # Input partition -> the offset this module last added to a commit.
         self._committed: dict[Any, int] = {}
-        self.redelivered = 0
-        """Events not processed again: already in this producer's transactions."""
-        self.undelivered = 0
-        """Records the producer gave up on (at-least-once; logged as errors)."""
+
+    # ---------------------------------------------------------------- the batch gate
+    # (faust_edge.consumer.BatchGate: what the batch path of the results topic needs)
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held while an event or a batch is processed; every commit takes it."""
+        return self._between_events
+
+    def transactional_id(self, tp: Any) -> str:
+        return self._transactional_id(tp.topic, tp.partition)
+
+    def first_unprocessed(self, tp: Any) -> int | None:
+        """The first offset of ``tp`` whose records are not in its open transaction."""
+        last = self._processed.get(tp)
+        if last is None or last[0] is not self._producer_for(tp.topic, tp.partition):
+            return None
+        return last[1] + 1
+
+    def processed(self, tp: Any, offset: int) -> None:
+        """The records of ``tp`` up to ``offset`` went to its transactional producer."""
+        self._guard_commits()
+        producer = self._producer_for(tp.topic, tp.partition)
+        if producer is not None:
+            self._processed[tp] = (producer, offset)
 
     def _transactional_id(self, topic: str, partition: int) -> str:
         """Faust's transactional id of an input partition."""
@@ -126,22 +147,18 @@ class Transactions:
     def _guard_commits(self) -> None:
         """Make Faust's exactly_once commits match what was produced (once per consumer).
 
-        A commit waits for the event in hand; table changelog writes still in
-        Faust's send buffer, which would miss the transaction that commits their
-        input's offset (Faust flushes that buffer before at-least-once commits
-        only), are flushed first; and each partition's transaction commits the
-        offset after the last event whose records it holds.
+        Table changelog writes still in Faust's send buffer, which would miss the
+        transaction that commits their input's offset (Faust flushes that buffer
+        before at-least-once commits only), are flushed first; and each
+        partition's transaction commits the offset after the last event whose
+        records it holds. (A commit waits for the event or batch in hand:
+        ``GuardedConsumer.commit`` takes :attr:`lock`.)
         """
         app = self.app
         consumer = app.consumer
         if getattr(consumer, "_scorer_guarded", False):
             return
-        commit, commit_transaction = consumer.commit, consumer.transactions.commit
-        between_events = self._between_events
-
-        async def commit_between_events(*args: Any, **kwargs: Any) -> bool:
-            async with between_events:
-                return await commit(*args, **kwargs)
+        commit_transaction = consumer.transactions.commit
 
         async def commit_with_processed(
             offsets: Mapping[Any, int], start_new_transaction: bool = True
@@ -154,7 +171,6 @@ class Transactions:
             self._committed.update(merged)
             return committed
 
-        consumer.commit = commit_between_events
         consumer.transactions.commit = commit_with_processed
         consumer._scorer_guarded = True
 
@@ -240,7 +256,6 @@ class Transactions:
                         offset,
                     )
                 if last is not None and last[0] is producer and offset <= last[1]:
-                    self.redelivered += 1
                     logger.info(
                         "Not processing %s/%s offset %s again: its records are in the "
                         "current transaction (last processed %s)",
@@ -255,16 +270,9 @@ class Transactions:
                 if producer is not None:
                     processed[tp] = (producer, offset)
 
-    async def send(
-        self,
-        topic: Any,
-        source: SourcePosition,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        """Send a record that the input event at ``source`` produced, in the
-        transaction of the input's partition under exactly_once.
+    async def send(self, output: Output, source: Any) -> None:
+        """Send a record that an input event of ``source`` (a topic and partition)
+        produced, in the transaction of that input partition under exactly_once.
 
         Straight to Faust's producer, not through ``topic.send``: Faust's topic
         path (message futures, send sensors, callbacks) cost the worker about as
@@ -277,12 +285,12 @@ class Transactions:
             self._transactional_id(source.topic, source.partition) if app.in_transaction else None
         )
         future = await app.producer.send(
-            topic.get_topic_name(),
-            key,
-            value,
+            output.topic,
+            output.key,
+            output.value,
             None,  # partition: the destination topic's partitioner decides
             None,  # timestamp: now
-            headers,
+            output.headers,
             transactional_id=transactional_id,
         )
         if transactional_id is None:
@@ -290,10 +298,8 @@ class Transactions:
 
     def _check_delivered(self, future: Any) -> None:
         if future.cancelled():
-            self.undelivered += 1
             logger.error("A record was not delivered: its send was cancelled")
             return
         error = future.exception()
         if error is not None:
-            self.undelivered += 1
             logger.error("A record was not delivered: %r", error)

@@ -1,0 +1,61 @@
+"""The parts of the streaming scorer that its handlers and agents share.
+
+``scorer.stream.app.create_app`` builds one :class:`StreamParts` and hands it
+to each module that registers a handler or an agent (``results``, ``qrels``,
+``parking``, ``rollups``): one place that says what the worker is made of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scorer.settings import Settings
+from scorer.stream import runs
+from scorer.stream.faust_edge import Edge
+from scorer.stream.telemetry import Telemetry
+
+
+class ParkedCount:
+    """How many results wait in this worker's parking now (a plain counter: the
+    results path adds, the qrels and expiry paths take away, the sweep resets it
+    from the table)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def full(self, limit: int) -> bool:
+        return self.value >= limit
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    def reset(self, value: int) -> int:
+        self.value = value
+        return value
+
+
+@dataclass
+class StreamParts:
+    """Settings, topics, tables, telemetry and the Faust edge of one worker."""
+
+    app: Any
+    settings: Settings
+    telemetry: Telemetry
+    edge: Edge
+    results_topic: Any
+    qrels_topic: Any
+    scored_topic: Any
+    deadletter_topic: Any
+    rollup_topic: Any
+    expiry_topic: Any
+    qrels_table: Any
+    parked_table: Any
+    rollup_table: Any
+    run_queries_table: Any
+    seen_table: Any
+    parked: ParkedCount = field(default_factory=ParkedCount)
+    pending: runs.PendingRollups = field(default_factory=runs.PendingRollups)
+    expiring: set[str] = field(default_factory=set)
+    """Queries whose expiry command is on its way (sent once until handled)."""

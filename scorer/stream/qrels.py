@@ -1,0 +1,57 @@
+"""The qrels topic: golden queries into the qrels table, releasing parked results.
+
+An agent (the golden set is low-volume): a GoldenQuery is stored as its qrels
+entry; a tombstone deletes the query; the results parked for the query are
+scored at once, each in the transaction of the qrels event that released it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scorer.stream import core, runs
+from scorer.stream.parts import StreamParts
+from scorer.stream.results import deadletter_output, rollup_outputs, scored_output
+
+
+def register(parts: StreamParts) -> None:
+    """The agent of the qrels topic."""
+    app, edge, telemetry = parts.app, parts.edge, parts.telemetry
+    qrels_table, parked_table = parts.qrels_table, parts.parked_table
+
+    @app.agent(parts.qrels_topic, concurrency=1)
+    async def store_qrels(stream: Any) -> None:
+        async for event in edge.events(stream):
+            started = time.perf_counter()
+            telemetry.inputs.labels("qrels").inc()
+            message = event.message
+            if message.value is None:
+                if message.key is not None:
+                    qrels_table.pop(message.key.decode("utf-8", "replace"), None)
+                telemetry.qrels.labels("deleted").inc()
+                continue
+            try:
+                golden = core.decode_keyed(core.decode_golden, message.key, message.value)
+            except core.RejectedEvent as error:
+                output = deadletter_output(
+                    parts, error, "qrels", message.topic, message.partition, message.offset,
+                    message.key, message.value, message.headers,
+                )  # fmt: skip
+                await edge.send(output, message)
+                continue
+            entry = core.golden_entry(golden)
+            qrels_table[golden.query_id] = entry
+            telemetry.qrels.labels("stored").inc()
+            waiting = parked_table.pop(golden.query_id, None)
+            if not waiting:
+                continue
+            telemetry.parked.set(parts.parked.add(-len(waiting)))
+            for seq, item in enumerate(waiting):
+                result = core.decode_result(item[2].encode())
+                position = runs.SourcePosition(
+                    message.topic, message.partition, message.offset, seq
+                )
+                await edge.send(scored_output(parts, result, entry, started, position), message)
+            for output in rollup_outputs(parts):
+                await edge.send(output, output.source)

@@ -1,0 +1,158 @@
+"""The results topic, a fetched batch at a time: decode, join, score, park, dead-letter.
+
+:class:`ResultBatches` is the batch handler the Faust edge calls with every
+fetched batch of one results partition (``faust_edge.Edge.route``). It runs in
+one synchronous pass and returns the records to send; the edge sends them (in
+the partition's transaction under exactly_once) and books the batch's offsets.
+Each record's fate is decided inside the pass, so one bad record is one dead
+letter and the rest of the batch is scored. Parking writes are folded to one
+table write per query per batch.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from faust.types import TP
+
+from schemas import RetrievalResult
+from scorer.stream import core, runs
+from scorer.stream.faust_edge import Output
+from scorer.stream.parts import StreamParts
+
+
+def scored_output(
+    parts: StreamParts,
+    result: RetrievalResult,
+    entry: dict[str, Any],
+    started: float,
+    position: runs.SourcePosition,
+) -> Output:
+    """Score ``result`` against its qrels entry: its scored record, with the run
+    rollup contribution queued and the telemetry observed."""
+    scored = core.score_result(result, entry, parts.settings.default_retrieval_k)
+    parts.pending.add(
+        result.run_id.encode(),
+        runs.Contribution(
+            position, result.result_id, result.query_id, list(scored.values), scored.facets
+        ),
+        started,
+    )
+    telemetry = parts.telemetry
+    telemetry.observe_scored(scored.values, scored.facets)
+    telemetry.latency.observe(time.perf_counter() - started)
+    return Output(parts.settings.scored_topic, result.query_id.encode(), scored.payload)
+
+
+def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
+    """The pending rollup contributions as records of the rollup topic, one per input
+    partition and run, when the flush rule says so (or ``force``); each goes in the
+    transaction of the input partition that produced it."""
+    pending = parts.pending
+    settings = parts.settings
+    if not pending.size:
+        return []
+    if not (
+        force
+        or pending.size >= settings.rollup_batch_size
+        or time.perf_counter() - pending.since >= settings.rollup_batch_seconds
+    ):
+        return []
+    return [
+        Output(settings.rollup_topic, run_key, value, source=TP(source.topic, source.partition))
+        for source, run_key, value in pending.drain()
+    ]
+
+
+def deadletter_output(
+    parts: StreamParts,
+    error: core.RejectedEvent,
+    input_name: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Any,
+) -> Output:
+    """The dead letter of an input record, with the reason in its headers (counted)."""
+    parts.telemetry.count_deadletter(input_name, error.error_class)
+    return Output(
+        parts.settings.deadletter_topic,
+        key,
+        value,
+        core.deadletter_headers(error, topic, partition, offset, list(headers or [])),
+    )
+
+
+class ResultBatches:
+    """The batch handler of the results topic."""
+
+    def __init__(self, parts: StreamParts) -> None:
+        self.parts = parts
+
+    def __call__(self, tp: TP, records: list[Any]) -> list[Output]:
+        parts = self.parts
+        telemetry = parts.telemetry
+        qrels = parts.qrels_table
+        started = time.perf_counter()
+        now = time.time()
+        outputs: list[Output] = []
+        parked: dict[str, list[list[Any]]] = {}
+        telemetry.result_inputs.inc(len(records))
+        for record in records:
+            try:
+                result = core.decode_keyed(core.decode_result, record.key, record.value)
+            except core.RejectedEvent as error:
+                outputs.append(
+                    deadletter_output(
+                        parts, error, "results", tp.topic, tp.partition, record.offset,
+                        record.key, record.value, record.headers,
+                    )
+                )  # fmt: skip
+                continue
+            if record.timestamp:
+                telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
+            entry = qrels.get(result.query_id)
+            if entry is not None:
+                position = runs.SourcePosition(tp.topic, tp.partition, record.offset)
+                outputs.append(scored_output(parts, result, entry, started, position))
+                continue
+            self._park(result, record.value, tp.partition, now, parked)
+        for query_id, items in parked.items():
+            parts.parked_table[query_id] = items
+        outputs.extend(rollup_outputs(parts))
+        return outputs
+
+    def _park(
+        self,
+        result: RetrievalResult,
+        raw: bytes,
+        partition: int,
+        now: float,
+        parked: dict[str, list[list[Any]]],
+    ) -> None:
+        """Park a result whose qrels have not arrived (into ``parked``, written to the
+        table once per query at the end of the batch)."""
+        parts = self.parts
+        settings = parts.settings
+        telemetry = parts.telemetry
+        if parts.parked.full(settings.parking_max_total):
+            telemetry.count_unjudged()
+            return
+        query_id = result.query_id
+        current = parked.get(query_id)
+        if current is None:
+            current = parts.parked_table.get(query_id) or []
+        decision = core.park(
+            current, raw, result.result_id, now, settings.parking_max_per_query, partition
+        )
+        if not decision.added:
+            telemetry.results.labels("duplicate").inc()
+            return
+        parked[query_id] = decision.parked
+        telemetry.parked_total.inc()
+        telemetry.parked.set(parts.parked.add(1 - len(decision.evicted)))
+        if decision.evicted:
+            telemetry.count_unjudged(len(decision.evicted))
