@@ -83,6 +83,9 @@ def create_app(settings: Settings) -> Scorer:
         broker_heartbeat_interval=min(3.0, settings.broker_session_timeout / 3),
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        # Changelog records (run states) are kilobytes: 16 KiB batches (Faust's default)
+        # meant a produce round trip for every one or two of them.
+        producer_max_batch_size=1 << 20,
         topic_allow_declare=True,
         autodiscover=False,
     )

@@ -91,6 +91,7 @@ class ResultBatches:
 
     def __init__(self, parts: StreamParts) -> None:
         self.parts = parts
+        self.parked_out = parts.edge.writer(parts.parked_table)
 
     def __call__(self, tp: TP, records: list[Any]) -> list[Output]:
         parts = self.parts
@@ -121,7 +122,7 @@ class ResultBatches:
                 continue
             self._park(result, record.value, tp.partition, now, parked)
         for query_id, items in parked.items():
-            parts.parked_table[query_id] = items
+            self.parked_out.set(query_id, items, tp.partition, outputs)
         outputs.extend(rollup_outputs(parts))
         return outputs
 

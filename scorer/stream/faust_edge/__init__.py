@@ -24,10 +24,11 @@ from scorer.stream.faust_edge.consumer import (
 )
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
 from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
+from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import check_versions
 
-__all__ = ["Edge", "Output", "check_versions", "install"]
+__all__ = ["ChangelogWriter", "Edge", "Output", "check_versions", "install"]
 
 
 class Edge:
@@ -44,6 +45,10 @@ class Edge:
         of an agent). The topic is subscribed and co-partitioned as an agent's is."""
         self.app.topics.add(topic)
         self.consumer_class.batch_handlers[topic.get_topic_name()] = handler
+
+    def writer(self, table: Any) -> ChangelogWriter:
+        """Writes to ``table`` from a batch handler, as outputs of the batch."""
+        return ChangelogWriter(self.app, table)
 
     def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` at the start of every offset commit, between two batches."""

@@ -33,6 +33,7 @@ consumer behind fetches of idle partitions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -73,6 +74,10 @@ class Output(NamedTuple):
     headers: list[tuple[str, bytes]] | None = None
     source: TP | None = None
     """The input partition whose transaction it belongs in (None: the batch's own)."""
+    partition: int | None = None
+    """The destination partition (None: the topic's partitioner decides)."""
+    on_sent: Callable[[Any], None] | None = None
+    """Called with the send's future once the broker answered."""
 
 
 class BatchHandler(Protocol):
@@ -87,7 +92,7 @@ class BatchGate(Protocol):
     """What the batch path shares with the exactly_once transactions (the no-op
     :class:`OpenGate` under at-least-once)."""
 
-    lock: asyncio.Lock
+    lock: contextlib.AbstractAsyncContextManager[Any]
     """Held while a batch is handled, sent and booked; every commit takes it."""
 
     def transactional_id(self, tp: TP) -> str | None: ...
@@ -100,10 +105,12 @@ class BatchGate(Protocol):
 
 
 class OpenGate:
-    """At-least-once: no transaction to join; a lock only so commits see whole batches."""
+    """At-least-once: no transaction to join, and no lock: a batch's offsets are booked
+    in one synchronous step after its outputs were sent, so a commit (which flushes
+    the producer first) never sees a batch's offsets without its outputs."""
 
     def __init__(self) -> None:
-        self.lock = asyncio.Lock()
+        self.lock = contextlib.nullcontext()
 
     def transactional_id(self, tp: TP) -> str | None:
         return None
@@ -417,11 +424,11 @@ class GuardedConsumer(AIOKafkaConsumer):
                 hand_from = verdict.offset
             handler = self.batch_handlers.get(tp.topic)
             if handler is None:
-                stopped_at = await self._deliver(tp, batch, hand_from, generation_id)
+                stopped_at = await self._deliver(tp, batch, hand_from, generation_id, tracked)
             else:
-                stopped_at = await self._deliver_batch(tp, batch, hand_from, generation_id, handler)
-            if tracked:
-                self.ledger.handed(tp, hand_from, batch.end if stopped_at is None else stopped_at)
+                stopped_at = await self._deliver_batch(
+                    tp, batch, hand_from, generation_id, handler, tracked
+                )
             if stopped_at is not None:
                 refetch[tp] = stopped_at
         if refetch:
@@ -429,12 +436,16 @@ class GuardedConsumer(AIOKafkaConsumer):
             await self._thread.seek_back(refetch)
 
     async def _deliver(
-        self, tp: TP, batch: FetchedBatch, hand_from: int, generation_id: int
+        self, tp: TP, batch: FetchedBatch, hand_from: int, generation_id: int, tracked: bool
     ) -> int | None:
         """Faust's per-message delivery (conductor, stream queues, agents) of the
         batch's records from ``hand_from`` on; returns the offset of the first record
-        not handed over when the flow stopped or the generation changed, else None."""
+        not handed over when the flow stopped or the generation changed, else None.
+        The ledger (``tracked``) learns of each record as it is handed over, before
+        any commit can include it."""
         app = self.app
+        ledger = self.ledger
+        handed_to = hand_from
         callback = self.callback
         to_message = self._to_message
         read_offset = self._read_offset
@@ -444,6 +455,8 @@ class GuardedConsumer(AIOKafkaConsumer):
             if offset < hand_from:
                 continue
             if not self.flow_active or app.consumer_generation_id != generation_id:
+                if tracked:
+                    ledger.handed(tp, handed_to, offset)
                 return offset
             if n and not n % 100:
                 await asyncio.sleep(0)
@@ -457,6 +470,11 @@ class GuardedConsumer(AIOKafkaConsumer):
                 await self.commit()
             await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
             read_offset[tp] = offset
+            if tracked:
+                ledger.handed(tp, handed_to, offset + 1)
+                handed_to = offset + 1
+        if tracked:
+            ledger.handed(tp, handed_to, batch.end)
         return None
 
     async def _deliver_batch(
@@ -466,6 +484,7 @@ class GuardedConsumer(AIOKafkaConsumer):
         hand_from: int,
         generation_id: int,
         handler: BatchHandler,
+        tracked: bool,
     ) -> int | None:
         """Hand a whole batch to ``handler``, send its outputs, and book its offsets as
         acked in Faust's structures (Faust's commit path then commits them, as for
@@ -503,6 +522,8 @@ class GuardedConsumer(AIOKafkaConsumer):
             self._acked_index[tp].update(offsets)
             self._n_acked += len(offsets)
             self._read_offset[tp] = batch.end - 1
+            if tracked:
+                self.ledger.handed(tp, hand_from, batch.end)
             if records:
                 gate.processed(tp, records[-1].offset)
         monitor = app.monitor
@@ -534,13 +555,15 @@ class GuardedConsumer(AIOKafkaConsumer):
                 output.topic,
                 output.key,
                 output.value,
-                None,
+                output.partition,
                 None,
                 output.headers,
                 transactional_id=transactional_id,
             )
             if transactional_id is None:
                 future.add_done_callback(failed)
+            if output.on_sent is not None:
+                future.add_done_callback(output.on_sent)
 
     def _delivery_failed(self, future: Any) -> None:
         if not future.cancelled() and future.exception() is None:
