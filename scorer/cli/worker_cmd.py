@@ -62,6 +62,18 @@ def check_web_port(settings: Settings) -> None:
             ) from None
 
 
+def make_data_dir(settings: Settings) -> None:
+    """Create the worker's data directory with its parents (Faust creates only the last
+    level, and a fresh checkout has no ``.scorer``), or fail in one line."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot create the data directory {settings.data_dir}: "
+            f"{error.strerror or error} (set SCORER_DATADIR or SCORER_STATE_DIR)"
+        ) from None
+
+
 @click.command("worker")
 @click.option("--loglevel", default="warning", show_default=True, help="Faust log level.")
 def worker_command(loglevel: str) -> None:
@@ -70,6 +82,7 @@ def worker_command(loglevel: str) -> None:
 
     settings = load_settings()
     check_web_port(settings)
+    make_data_dir(settings)
     check_broker(settings)
     scorer = create_app(settings)
     make_worker(scorer.app, loglevel, settings).execute_from_commandline()
