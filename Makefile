@@ -17,7 +17,9 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/scorer demo
 
-test: $(STAMP)
+# The integration tests need a broker (they start their own when KAFKA_BOOTSTRAP_SERVERS
+# is unset) and Prometheus (installed here when missing, see prometheus-install).
+test: $(STAMP) prometheus-install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -42,8 +44,13 @@ prometheus-install:
 	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then \
 		echo "prometheus present: $$(prometheus --version 2>&1 | head -n 1)"; \
 	else \
+		echo "prometheus or promtool missing: installing Debian's prometheus package"; \
 		$(SUDO) apt-get update && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends prometheus; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends prometheus && \
+		command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+			echo "prometheus-install: installing failed, or prometheus and promtool are not on PATH" >&2; \
+			exit 1; }; \
 	fi
 
 prometheus-check: prometheus-install

@@ -18,6 +18,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("scorer.cli.worker_cmd", "worker_command"),
     "replay": ("scorer.cli.replay_cmd", "replay_command"),
     "demo": ("scorer.cli.demo_cmd", "demo_command"),
+    "tail": ("scorer.cli.tail_cmd", "tail_command"),
 }
 
 

@@ -3,7 +3,8 @@
 Brings up the local broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` names one),
 creates the topics, starts a worker, sends a golden set and then realistic
 traffic at a steady rate, says where to look, and runs until Ctrl-C (or
-``--duration``), then stops everything it started.
+``--duration``), then stops everything it started. SIGTERM and SIGHUP (a
+``kill``, a closed terminal) stop it the same way as Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,32 @@ from scorer.settings import Settings
 
 BAD_EVENTS = (b"{truncated", b'{"resultId": 7}', b"\x00\xff not json")
 OUTCOMES = ("scored", "unjudged", "deadletter", "parked")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def interrupt(signum: int, frame: object) -> None:
+    """Turn a stop signal into the ``KeyboardInterrupt`` that Ctrl-C raises."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` like Ctrl-C inside the block, so
+    the ``finally`` that stops the worker and the broker runs whichever way the demo
+    is stopped (Python's default for both is to die on the spot). The previous
+    handlers come back on exit."""
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore further stop signals: the clean-up they would cut short is bounded."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def start_local_broker(settings: Settings) -> tuple[str, bool]:
@@ -133,22 +161,36 @@ def demo_command(
 ) -> None:
     """Run broker, topics, worker and sample traffic; print where to look."""
     from scorer.cli.worker_cmd import load_settings
+
+    settings = load_settings()
+    with stop_signals_interrupt():
+        run_demo(settings, queries, rate, unjudged, bad_share, duration)
+
+
+def run_demo(
+    settings: Settings, queries: int, rate: float, unjudged: float, bad_share: float,
+    duration: float | None,
+) -> None:  # fmt: skip
+    """The demo's body; whatever ends it (``KeyboardInterrupt`` included), the worker
+    and a broker started here are stopped before it returns or raises."""
     from scorer.kafka.launcher import stop_broker
     from scorer.kafka.topics import ensure_topics
 
-    settings = load_settings()
-    bootstrap, started_broker = start_local_broker(settings)
-    settings = settings.model_copy(update={"kafka_bootstrap_servers": bootstrap})
+    started_broker = False
     worker = None
     try:
+        bootstrap, started_broker = start_local_broker(settings)
+        settings = settings.model_copy(update={"kafka_bootstrap_servers": bootstrap})
         ensure_topics(settings)
         log = settings.state_dir / "demo-worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
         with log.open("ab") as handle:
+            # A session of its own: Ctrl-C or a hang-up reaches the demo only, which
+            # then stops the worker once, with SIGTERM (a clean Faust shutdown).
             worker = subprocess.Popen(
                 [sys.executable, "-m", "scorer.cli", "worker"],
-                env=env, stdout=handle, stderr=subprocess.STDOUT,
+                env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         url = f"http://{settings.web_host}:{settings.web_port}"
         wait_ready(url, worker, log, timeout=120)
@@ -169,11 +211,13 @@ scorer demo is running (Ctrl-C stops it)
                     url, send_traffic(settings, queries, rate, unjudged, bad_share, duration)
                 )
             )
+        ignore_stop_signals()
         if duration is not None:
             time.sleep(2)  # let the worker drain what was just sent
         with contextlib.suppress(OSError):
             click.echo(outcome_line(url))
     finally:
+        ignore_stop_signals()
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -182,4 +226,5 @@ scorer demo is running (Ctrl-C stops it)
                 worker.kill()
         if started_broker:
             stop_broker(settings.state_dir)
-        click.echo("demo stopped")
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            click.echo("demo stopped")

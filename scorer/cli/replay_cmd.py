@@ -1,4 +1,10 @@
-"""``scorer replay``: send a JSONL golden set and/or JSONL results into the topics."""
+"""``scorer replay``: send a golden set and/or results into the topics.
+
+It takes the files ``scorer eval`` takes, detected the same way
+(:func:`scorer.io.detect_kind`): a JSONL golden set or TREC qrels for the
+qrels topic, JSONL results or a TREC run for the results topic. JSONL lines
+are validated and sent unchanged; TREC files become the wire events.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
+from schemas import GoldenQuery, RetrievalResult
+from schemas.events import MAX_RANKED
+from scorer.io import FileKind, InputError, detect_kind, iter_retrievals, read_golden
+from scorer.io.qrels import describe_validation_error
 from scorer.stream.core import RejectedEvent, decode_golden, decode_result
 
 
@@ -39,15 +50,75 @@ def keyed_lines(path: Path, decode: Callable[[bytes], Any]) -> Iterator[tuple[st
             yield event.query_id, line
 
 
+def golden_records(path: Path) -> list[tuple[str, bytes]]:
+    """``(queryId, GoldenQuery JSON)`` of a JSONL golden set or a TREC qrels file.
+
+    Raises :class:`BadLine` (``file[:line]: what is wrong``) for an unreadable,
+    malformed or wrong-kind file, or judgments outside the wire's bounds (grades
+    0..3): the worker would dead-letter them.
+    """
+    try:
+        if detect_kind(path) is FileKind.GOLDEN_JSONL:
+            return list(keyed_lines(path, decode_golden))
+        golden = read_golden(path)
+    except InputError as error:
+        raise BadLine(str(error)) from None
+    records = []
+    for query_id, judged in golden.items():
+        try:
+            event = GoldenQuery(query_id=query_id, qrels=judged.qrels, facets=judged.facets or None)
+        except ValidationError as error:
+            raise BadLine(f"{path}: query {query_id}: {describe_validation_error(error)}") from None
+        records.append((query_id, event.to_json_bytes()))
+    return records
+
+
+def result_records(path: Path) -> list[tuple[str, bytes]]:
+    """``(queryId, RetrievalResult JSON)`` of a JSONL results file or a TREC run.
+
+    A TREC run gives one result per (tag, qid): run id the tag, result id
+    ``tag/qid`` (replaying the file again is deduplicated by the worker), ranked
+    as ``scorer eval`` ranks it, cut to the wire's 1000 ids (the largest k).
+    Raises :class:`BadLine` as :func:`golden_records` does.
+    """
+    try:
+        if detect_kind(path) is FileKind.RESULTS_JSONL:
+            return list(keyed_lines(path, decode_result))
+        retrievals = list(iter_retrievals(path, merge_blocks=True))
+    except InputError as error:
+        raise BadLine(str(error)) from None
+    records = []
+    for retrieval in retrievals:
+        try:
+            event = RetrievalResult(
+                result_id=f"{retrieval.run_id}/{retrieval.query_id}",
+                run_id=retrieval.run_id,
+                query_id=retrieval.query_id,
+                ranked=retrieval.ranked[:MAX_RANKED],
+            )
+        except ValidationError as error:
+            raise BadLine(
+                f"{path}: run {retrieval.run_id} query {retrieval.query_id}: "
+                f"{describe_validation_error(error)}"
+            ) from None
+        records.append((retrieval.query_id, event.to_json_bytes()))
+    return records
+
+
 @click.command("replay")
-@click.option("--golden", type=click.Path(path_type=Path), help="JSONL golden set (qrels topic).")
-@click.option("--results", type=click.Path(path_type=Path), help="JSONL results (results topic).")
+@click.option(
+    "--golden", type=click.Path(path_type=Path), help="Golden set: JSONL or TREC qrels."
+)
+@click.option(
+    "--results", type=click.Path(path_type=Path), help="Results: JSONL or a TREC run."
+)
 @click.option("--rate", type=float, default=None, help="Results per second (default: no limit).")
 def replay_command(golden: Path | None, results: Path | None, rate: float | None) -> None:
-    """Send the offline file formats into Kafka, keyed by queryId.
+    """Send the files `scorer eval` reads into Kafka, keyed by queryId.
 
-    The golden set goes first, so the results find their qrels; lines are
-    validated before anything is sent, and sent unchanged.
+    Formats are detected from the content, as `scorer eval` does. The golden
+    set goes first, so the results find their qrels; everything is validated
+    before anything is sent, and JSONL lines are sent unchanged.
     """
     from scorer.cli.worker_cmd import load_settings
     from scorer.kafka.producer import make_producer, send_all
@@ -57,9 +128,9 @@ def replay_command(golden: Path | None, results: Path | None, rate: float | None
     settings = load_settings()
     batches = []
     if golden is not None:
-        batches.append((settings.qrels_topic, list(keyed_lines(golden, decode_golden)), None))
+        batches.append((settings.qrels_topic, golden_records(golden), None))
     if results is not None:
-        batches.append((settings.results_topic, list(keyed_lines(results, decode_result)), rate))
+        batches.append((settings.results_topic, result_records(results), rate))
 
     async def send() -> list[int]:
         producer = make_producer(settings)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import signal
+import socket
 from typing import Any
 
 import click
@@ -34,6 +37,43 @@ def check_broker(settings: Settings) -> None:
         ) from None
 
 
+def check_web_port(settings: Settings) -> None:
+    """Fail now, in one line, when the web port cannot be bound: Faust would find out
+    only after recovering its tables, and say so in a long traceback. Binds as
+    aiohttp does (``SO_REUSEADDR``), so a port in TIME_WAIT passes."""
+    try:
+        infos = socket.getaddrinfo(
+            settings.web_host, settings.web_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as error:
+        raise click.ClickException(
+            f"cannot resolve SCORER_WEB_HOST={settings.web_host}: {error.strerror}"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            why = "is in use" if error.errno == errno.EADDRINUSE else f"cannot be bound: {error}"
+            raise click.ClickException(
+                f"web port {settings.web_host}:{settings.web_port} {why} (stop what holds it, "
+                "or set SCORER_WEB_PORT)"
+            ) from None
+
+
+def make_data_dir(settings: Settings) -> None:
+    """Create the worker's data directory with its parents (Faust creates only the last
+    level, and a fresh checkout has no ``.scorer``), or fail in one line."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot create the data directory {settings.data_dir}: "
+            f"{error.strerror or error} (set SCORER_DATADIR or SCORER_STATE_DIR)"
+        ) from None
+
+
 @click.command("worker")
 @click.option("--loglevel", default="warning", show_default=True, help="Faust log level.")
 def worker_command(loglevel: str) -> None:
@@ -41,13 +81,27 @@ def worker_command(loglevel: str) -> None:
     from scorer.stream.app import create_app
 
     settings = load_settings()
+    check_web_port(settings)
+    make_data_dir(settings)
     check_broker(settings)
     scorer = create_app(settings)
-    make_worker(scorer.app, loglevel).execute_from_commandline()
+    make_worker(scorer.app, loglevel, settings).execute_from_commandline()
 
 
-def make_worker(app: Any, loglevel: str) -> Any:
-    """A Faust worker for ``app`` without Faust's start-up spinner.
+def ready_lines(settings: Settings) -> list[str]:
+    """What the worker prints once it is up: that it is ready, and where it listens."""
+    url = f"http://{settings.web_host}:{settings.web_port}"
+    return [
+        f"scorer worker ready: group {settings.app_id} reads {settings.results_topic} and "
+        f"{settings.qrels_topic}, writes {settings.scored_topic}",
+        f"listening on {url}: /metrics, run API /api/v1/evals/runs/{{runId}}/metrics, /readyz",
+    ]
+
+
+def make_worker(app: Any, loglevel: str, settings: Settings | None = None) -> Any:
+    """A Faust worker for ``app`` without Faust's start-up spinner, that prints
+    ``ready_lines(settings)`` (when given) once started, and stops on Ctrl-C
+    without mode's ``-INT- -INT-`` banner.
 
     At log levels of warning and above Faust feeds its spinner from a DEBUG
     handler and sets the root logger to DEBUG for good, so every ``log.debug``
@@ -56,6 +110,16 @@ def make_worker(app: Any, loglevel: str) -> Any:
     """
     import faust
 
-    worker = faust.Worker(app, loglevel=loglevel)
+    class Worker(faust.Worker):
+        def _on_startup_end_spinner(self) -> None:
+            super()._on_startup_end_spinner()
+            if settings is not None:
+                for line in ready_lines(settings):
+                    print(line, file=self.stdout, flush=True)
+
+        def _on_sigint(self) -> None:
+            self._schedule_shutdown(signal.SIGINT)
+
+    worker = Worker(app, loglevel=loglevel)
     worker.spinner = None
     return worker

@@ -4,14 +4,18 @@ Brokers run with ``auto.create.topics.enable=false``: the project creates its
 own topics so that the results and qrels topics are co-partitioned (same
 partition count, same key) and the qrels topic is compacted. A run of
 ``ensure_topics`` creates what is missing, leaves what exists alone, and
-reports what it found.
+reports what it found; ``describe_topics`` reports partitions, cleanup policy,
+end offsets and the worker group's lag; ``missing_topics`` says which of some
+topics do not exist (the worker's readiness).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
@@ -40,6 +44,47 @@ class TopicState:
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
     created: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition's end offset and the offset a consumer group committed on it."""
+
+    partition: int
+    end: int
+    """The high watermark: the offset the next record written will get."""
+    committed: int | None
+    """The group's committed offset (the next record it will read); None: none committed."""
+
+    @property
+    def lag(self) -> int | None:
+        """Records the group has yet to read here; None when it committed nothing."""
+        return None if self.committed is None else max(0, self.end - self.committed)
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    """A topic as ``scorer topics list`` and ``describe`` show it.
+
+    A topic that does not exist has ``exists`` False, no partitions and an
+    empty ``cleanup_policy``.
+    """
+
+    name: str
+    exists: bool
+    cleanup_policy: str
+    partitions: list[PartitionOffsets] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        """The sum of the partitions' end offsets (records ever written, compacted or not)."""
+        return sum(offsets.end for offsets in self.partitions)
+
+    @property
+    def lag(self) -> int | None:
+        """The group's lag summed over the partitions it committed on; None if none."""
+        lags = [offsets.lag for offsets in self.partitions if offsets.lag is not None]
+        return sum(lags) if lags else None
 
 
 def wanted_topics(settings: Settings) -> list[NewTopic]:
@@ -170,3 +215,86 @@ async def _cleanup_policies(admin: AIOKafkaAdminClient, names: list[str]) -> dic
             for entry in resource["config_entries"]:
                 policies[resource["resource_name"]] = entry["config_value"]
     return policies
+
+
+async def missing_topics(options: Mapping[str, object], names: list[str]) -> list[str]:
+    """The topics of ``names`` that do not exist on the cluster, in the order given.
+
+    ``options`` are aiokafka client keyword arguments (``Settings.aiokafka_options()``).
+    Broker errors propagate as aiokafka's ``KafkaError``.
+    """
+    admin = AIOKafkaAdminClient(**options)
+    await admin.start()
+    try:
+        existing = await _partition_counts(admin, names)
+    finally:
+        await admin.close()
+    return [name for name in names if name not in existing]
+
+
+def describe_topics(
+    settings: Settings, names: list[str] | None = None, group: str | None = None
+) -> list[TopicReport]:
+    """Partitions, cleanup policy, end offsets and ``group``'s lag of each topic (blocking).
+
+    ``names`` defaults to the scorer's topics followed by the worker's own
+    internal topics (changelogs and the like: names starting with
+    ``{app_id}-``); ``group`` defaults to the worker's consumer group (the app
+    id). Topics that do not exist are reported with ``exists`` False. An
+    unreachable broker raises ``BrokerUnavailable``; other broker errors
+    propagate as aiokafka's ``KafkaError``.
+    """
+    return asyncio.run(_describe_topics(settings, names, group or settings.app_id))
+
+
+async def _describe_topics(
+    settings: Settings, names: list[str] | None, group: str
+) -> list[TopicReport]:
+    options = settings.aiokafka_options()
+    await probe_broker(options)
+    admin = AIOKafkaAdminClient(client_id=f"{settings.app_id}-admin", **options)
+    await admin.start()
+    try:
+        if names is None:
+            internal = sorted(
+                name
+                for name in await admin.list_topics()
+                if name.startswith(f"{settings.app_id}-")
+            )
+            names = [topic.name for topic in wanted_topics(settings)] + internal
+        counts = await _partition_counts(admin, names)
+        present = [name for name in names if name in counts]
+        policies = await _cleanup_policies(admin, present) if present else {}
+        committed = {
+            (tp.topic, tp.partition): meta.offset
+            for tp, meta in (await admin.list_consumer_group_offsets(group)).items()
+            if meta.offset >= 0
+        }
+    finally:
+        await admin.close()
+    partitions = [TopicPartition(name, p) for name in present for p in range(counts[name])]
+    ends = await _end_offsets(options, partitions) if partitions else {}
+    return [
+        TopicReport(
+            name,
+            exists=name in counts,
+            cleanup_policy=policies.get(name, ""),
+            partitions=[
+                PartitionOffsets(p, ends[TopicPartition(name, p)], committed.get((name, p)))
+                for p in range(counts.get(name, 0))
+            ],
+        )
+        for name in names
+    ]
+
+
+async def _end_offsets(
+    options: Mapping[str, object], partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The high watermark of each partition, read by a consumer that joins no group."""
+    consumer = AIOKafkaConsumer(**options, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return dict(await consumer.end_offsets(partitions))
+    finally:
+        await consumer.stop()

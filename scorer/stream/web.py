@@ -8,13 +8,17 @@ runs through those routed endpoints and computes on the way back.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 from faust.exceptions import SameNode
 from faust.web import Request, Response, View
 
 from scorer.compare import compare_runs
+from scorer.kafka.topics import missing_topics
 from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import runs
@@ -22,10 +26,65 @@ from scorer.stream.openapi import OPENAPI
 
 API = "/api/v1/evals/runs"
 MAX_RUN_ID_LENGTH = 256
+RECHECK_MISSING_SECONDS = 5.0
+"""How often the input topics are looked up while one is missing (or unknown)..."""
+RECHECK_PRESENT_SECONDS = 60.0
+"""... and once both exist (they may be deleted)."""
+
+log = logging.getLogger(__name__)
 
 
-def is_ready(app: faust.App) -> tuple[bool, str]:
-    """Ready once the tables are recovered and partitions are assigned and consumed."""
+class InputTopics:
+    """Whether the worker's input topics (results, qrels) exist, as last looked up.
+
+    Faust only logs ``Ignoring missing topic`` and consumes nothing from a
+    topic that does not exist, and it does not pick the topic up when it is
+    created later (measured: nothing consumed a minute after). So the worker is
+    not ready while one is missing, nor after one that was missing appears,
+    until it is restarted. ``missing`` is None until the first lookup.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.missing: list[str] | None = None
+        self.created_late: set[str] = set()
+
+    async def check(self, options: dict[str, object]) -> None:
+        """Look the topics up; log one warning when the set of missing ones changes to
+        a non-empty one. A failed lookup keeps the last answer (the consumer reports
+        an unreachable broker by itself)."""
+        try:
+            missing = await missing_topics(options, self.names)
+        except (KafkaError, OSError) as error:
+            log.debug("looking up the input topics failed: %s", error)
+            return
+        if missing and missing != self.missing:
+            log.warning(
+                "input topics missing: %s; this worker consumes nothing until you run "
+                "`scorer topics create` and restart it",
+                ", ".join(missing),
+            )
+        self.created_late |= set(self.missing or ()) - set(missing)
+        self.missing = missing
+
+    def problem(self) -> str | None:
+        """Why the inputs make the worker not ready, or None."""
+        if self.missing is None:
+            return "looking up the input topics"
+        if self.missing:
+            return f"input topics missing: {', '.join(self.missing)} (run `scorer topics create`)"
+        if self.created_late:
+            late = ", ".join(sorted(self.created_late))
+            return f"input topics created after start-up: {late} (restart the worker)"
+        return None
+
+
+def is_ready(app: faust.App, inputs: InputTopics | None = None) -> tuple[bool, str]:
+    """Ready once the input topics exist, the tables are recovered and partitions are
+    assigned and consumed."""
+    problem = inputs.problem() if inputs is not None else None
+    if problem:
+        return False, problem
     if not app.tables.recovery.completed.is_set():
         return False, "recovering tables"
     if app.rebalancing:
@@ -51,7 +110,17 @@ def error(web: View, status: int, message: str) -> Response:
 def register_views(
     app: faust.App, settings: Settings, rollup_table: Any, run_queries_table: Any
 ) -> None:
-    """Add the health views and the run API to the app's web server."""
+    """Add the health views and the run API to the app's web server, and the task that
+    watches whether the input topics exist (for ``/readyz``)."""
+    inputs = InputTopics((settings.results_topic, settings.qrels_topic))
+
+    @app.task
+    async def watch_input_topics() -> None:
+        options = settings.aiokafka_options()
+        while not app.should_stop:
+            await inputs.check(options)
+            present = inputs.missing == []
+            await app.sleep(RECHECK_PRESENT_SECONDS if present else RECHECK_MISSING_SECONDS)
 
     async def routed(web: View, request: Request, run_id: str, local: Any) -> Response:
         """Answer here if this worker owns ``run_id``, else forward to the owner."""
@@ -83,7 +152,7 @@ def register_views(
 
     @app.page("/readyz")
     async def readyz(web: View, request: Request) -> Response:
-        ready, reason = is_ready(app)
+        ready, reason = is_ready(app, inputs)
         return web.json({"ready": ready, "status": reason}, status=200 if ready else 503)
 
     @app.page("/api/v1/openapi.json")

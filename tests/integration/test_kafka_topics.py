@@ -134,3 +134,84 @@ def test_uncompacted_qrels_topic_is_refused(kafka_bootstrap: str, tmp_path: Path
 
     with pytest.raises(TopicMismatchError, match=r"cleanup\.policy=delete"):
         ensure_topics(settings)
+
+
+def _produce_and_commit(settings: Settings, per_partition: dict[int, int], committed: int) -> None:
+    """``per_partition[p]`` records on partition p of the results topic; the worker's
+    group (the app id) commits offset ``committed`` on partition 0 only."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+        await producer.start()
+        try:
+            for partition, count in per_partition.items():
+                for index in range(count):
+                    await producer.send_and_wait(
+                        settings.results_topic, f"r{index}".encode(), partition=partition
+                    )
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers,
+            group_id=settings.app_id,
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(settings.results_topic, 0)])
+            await consumer.commit({TopicPartition(settings.results_topic, 0): committed})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(run())
+
+
+def test_topics_list_and_describe_show_partitions_compaction_offsets_and_lag(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = settings_for(kafka_bootstrap, tmp_path, partitions=2)
+    ensure_topics(settings)
+    _produce_and_commit(settings, {0: 5, 1: 2}, committed=3)
+    env = {**_scorer_env(settings), "SCORER_APP_ID": settings.app_id}
+
+    listed = subprocess.run([SCORER, "topics", "list"], env=env, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
+    # partitions, cleanup policy, end offsets (summed), lag of the worker's group
+    assert rows[settings.results_topic] == ["2", "delete", "7", "2"]
+    assert rows[settings.qrels_topic] == ["2", "compact", "0", "-"]
+    assert rows[settings.scored_topic] == ["2", "delete", "0", "-"]
+    assert list(rows)[:5] == [
+        settings.results_topic,
+        settings.qrels_topic,
+        settings.scored_topic,
+        settings.deadletter_topic,
+        settings.rollup_topic,
+    ]
+
+    described = subprocess.run(
+        [SCORER, "topics", "describe", settings.results_topic],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    assert lines[0] == (
+        f"{settings.results_topic}: partitions=2 cleanup.policy=delete end=7 lag=2 "
+        f"(group {settings.app_id})"
+    )
+    assert [line.split() for line in lines[2:]] == [["0", "5", "3", "2"], ["1", "2", "-", "-"]]
+
+
+def test_topics_describe_names_a_missing_topic_and_exits_1(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings = settings_for(kafka_bootstrap, tmp_path)
+    described = subprocess.run(
+        [SCORER, "topics", "describe", settings.results_topic],
+        env=_scorer_env(settings), capture_output=True, text=True,
+    )  # fmt: skip
+    assert described.returncode == 1
+    assert described.stdout == (
+        f"{settings.results_topic}: missing: create it with `scorer topics create`\n"
+    )

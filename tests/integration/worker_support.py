@@ -62,18 +62,23 @@ class Worker:
         return self.workdir / f"worker-{self.port}.log"
 
     def start(self, ready_timeout: float = 90.0) -> Worker:
+        self.launch()
+        self.wait_ready(ready_timeout)
+        return self
+
+    def launch(self, *args: str) -> Worker:
+        """Start the process (``args`` added to ``scorer worker``) without waiting for it."""
         env = worker_env(self.settings)
         env["SCORER_WEB_PORT"] = str(self.port)
         env["SCORER_DATADIR"] = str(self.workdir / f"data-{self.port}")
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [SCORER, "worker", "--loglevel", "info"],
+                [SCORER, "worker", "--loglevel", "info", *args],
                 env=env,
                 cwd=self.workdir,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self.wait_ready(ready_timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:
