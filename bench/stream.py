@@ -54,7 +54,9 @@ from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
 from tests.integration.worker_support import Worker, free_port  # noqa: E402
 
-PIPELINES = ("pipe", "faust", "scorer")
+PIPELINES = ("pipe", "faust", "scorer", "scorer-eos")
+SCORERS = ("scorer", "scorer-eos")
+COLOURS = ["#888", "#4a7", "#37c", "#c73"]
 LOADS = (0.25, 0.50, 0.75)
 TYPES = ("factoid", "list", "comparison", "multi-hop", "how-to")
 POPULARITY = ("head", "torso", "tail")
@@ -135,6 +137,8 @@ class Pipeline:
     start: Callable[[], int]
     """Starts the process, returns its pid."""
     stop: Callable[[], None]
+    isolation_level: str = "read_uncommitted"
+    """How its outputs are read (read_committed for exactly_once)."""
 
 
 def pipe_pipeline(bootstrap: str, workdir: Path) -> Pipeline:
@@ -188,7 +192,7 @@ def faust_pipeline(
     return Pipeline("faust", "bench.forward.in", "bench.forward.out", start, lambda: _stop(process))
 
 
-def scorer_pipeline(settings: Settings, workdir: Path) -> Pipeline:
+def scorer_pipeline(name: str, settings: Settings, workdir: Path) -> Pipeline:
     worker = Worker(settings, workdir)
 
     def start() -> int:
@@ -196,8 +200,31 @@ def scorer_pipeline(settings: Settings, workdir: Path) -> Pipeline:
         assert worker.process is not None
         return worker.process.pid
 
+    isolation = (
+        "read_committed" if settings.processing_guarantee == "exactly_once" else "read_uncommitted"
+    )
     return Pipeline(
-        "scorer", settings.results_topic, settings.scored_topic, start, lambda: worker.stop()
+        name,
+        settings.results_topic,
+        settings.scored_topic,
+        start,
+        lambda: worker.stop(),
+        isolation,
+    )
+
+
+def scorer_settings(bootstrap: str, state_dir: Path, name: str, **fields: object) -> Settings:
+    prefix = f"bench.{name}"
+    return Settings(
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        state_dir=state_dir,
+        app_id=f"bench-{name}",
+        results_topic=f"{prefix}.results",
+        qrels_topic=f"{prefix}.qrels",
+        scored_topic=f"{prefix}.scored",
+        deadletter_topic=f"{prefix}.deadletter",
+        rollup_topic=f"{prefix}.by-run",
+        **fields,
     )
 
 
@@ -337,7 +364,12 @@ async def measure(
     An empty ``loads`` is filled in from the rate measured here (the pipe, first)."""
     figures = Figures()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=1)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        fetch_max_wait_ms=50,
+        isolation_level=pipeline.isolation_level,
+    )
     await producer.start()
     await consumer.start()
     partitions = [TopicPartition(pipeline.output_topic, p) for p in range(partition_count)]
@@ -475,16 +507,49 @@ def table(
             f"| {rate / pipe:.2f} | {rate / faust_rate:.2f} "
             f"| {statistics.median(r.cpu_us for r in runs):,.0f} | " + " | ".join(cells) + " |"
         )
-    pipe50 = median_latency(results["pipe"], 0.5)
-    scorer50 = median_latency(results["scorer"], 0.5)
-    p99_ratio = f"{scorer50[2] / pipe50[2]:.2f}" if pipe50 and scorer50 else "n/a (saturated)"
-    lines += [
-        "",
-        f"Scorer p99 at 50% load ÷ pipe p99 at 50% load: {p99_ratio}.",
-        "",
-        ", ".join(f"{k}: {v}" for k, v in meta.items()) + ".",
-    ]
+    lines += ["", *targets(results)]
+    lines += ["", ", ".join(f"{k}: {v}" for k, v in meta.items()) + "."]
     return "\n".join(lines)
+
+
+def targets(results: dict[str, list[Figures]]) -> list[str]:
+    """The hot-path targets (issue 20), met or not, for each scorer mode."""
+    pipe = statistics.median(r.rate for r in results["pipe"])
+    forwarder = statistics.median(r.rate for r in results["faust"])
+    pipe_cpu = statistics.median(r.cpu_us for r in results["pipe"])
+    lines = ["| target | " + " | ".join(SCORERS) + " |", "|---|" + "---|" * len(SCORERS)]
+
+    def row(name: str, verdict: Callable[[list[Figures]], tuple[bool, str]]) -> None:
+        cells = []
+        for scorer in SCORERS:
+            met, figure = verdict(results[scorer])
+            cells.append(f"{'met' if met else '**not met**'} ({figure})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    def rate_ratio(runs: list[Figures], reference: float, goal: float) -> tuple[bool, str]:
+        ratio = statistics.median(r.rate for r in runs) / reference
+        return ratio >= goal, f"{ratio:.2f}x"
+
+    def cpu_ratio(runs: list[Figures]) -> tuple[bool, str]:
+        ratio = statistics.median(r.cpu_us for r in runs) / pipe_cpu
+        return ratio <= 2.5, f"{ratio:.2f}x"
+
+    def p99_ratio(load: float) -> Callable[[list[Figures]], tuple[bool, str]]:
+        def verdict(runs: list[Figures]) -> tuple[bool, str]:
+            mine, pipes = median_latency(runs, load), median_latency(results["pipe"], load)
+            if mine is None or pipes is None:
+                return False, "saturated"
+            ratio = mine[2] / pipes[2]
+            return ratio <= 3.0, f"p99 {ratio:.1f}x the pipe's"
+
+        return verdict
+
+    row("throughput ≥ 0.6x the pipe", lambda runs: rate_ratio(runs, pipe, 0.6))
+    row("throughput ≥ 3x the Faust forwarder", lambda runs: rate_ratio(runs, forwarder, 3.0))
+    row("CPU per event ≤ 2.5x the pipe's", cpu_ratio)
+    row("at 25% of the pipe's rate: keeps up, p99 ≤ 3x", p99_ratio(0.25))
+    row("at 50% of the pipe's rate: keeps up, p99 ≤ 3x", p99_ratio(0.50))
+    return lines
 
 
 def write_section(path: Path, heading: str, body: str) -> None:
@@ -515,12 +580,12 @@ def plot(results: dict[str, list[Figures]], loads: dict[float, float], path: Pat
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = list(PIPELINES)
     medians = [statistics.median(r.rate for r in results[n]) for n in names]
-    left.bar(names, medians, color=["#888", "#4a7", "#37c"])
+    left.bar(names, medians, color=COLOURS)
     for i, name in enumerate(names):
         left.scatter([i] * len(results[name]), [r.rate for r in results[name]], color="k", s=12)
     left.set_ylabel("events/s (bars: median, dots: repetitions)")
     left.set_title("Sustained throughput (preloaded topic)")
-    for name, colour in zip(names, ["#888", "#4a7", "#37c"], strict=True):
+    for name, colour in zip(names, COLOURS, strict=True):
         xs, p50s, p99s = [], [], []
         for load, rate in loads.items():
             m = median_latency(results[name], load)
@@ -581,17 +646,18 @@ def main() -> None:
     info = start_broker(state_dir)
     print(f"broker {info.bootstrap} (state in {state_dir})")
     try:
-        settings = Settings(
-            KAFKA_BOOTSTRAP_SERVERS=info.bootstrap,
-            state_dir=state_dir,
-            app_id="bench-scorer",
-            results_topic="bench.scorer.results",
-            qrels_topic="bench.scorer.qrels",
-            scored_topic="bench.scorer.scored",
-            deadletter_topic="bench.scorer.deadletter",
-            rollup_topic="bench.scorer.by-run",
-            partitions=args.partitions,
-        )
+        scorers = {
+            "scorer": scorer_settings(
+                info.bootstrap, state_dir, "scorer", partitions=args.partitions
+            ),
+            "scorer-eos": scorer_settings(
+                info.bootstrap,
+                state_dir,
+                "scorer-eos",
+                partitions=args.partitions,
+                processing_guarantee="exactly_once",
+            ),
+        }
         asyncio.run(
             create_topics(
                 info.bootstrap,
@@ -599,7 +665,8 @@ def main() -> None:
                 ["bench.pipe.in", "bench.pipe.out", "bench.forward.in", "bench.forward.out"],
             )
         )
-        ensure_topics(settings)
+        for settings in scorers.values():
+            ensure_topics(settings)
         pipelines = {
             "pipe": pipe_pipeline(info.bootstrap, state_dir),
             "faust": faust_pipeline(
@@ -608,14 +675,19 @@ def main() -> None:
                 args.partitions,
                 dict(item.split("=", 1) for item in args.forward_env),
             ),
-            "scorer": scorer_pipeline(settings, state_dir),
+            **{
+                name: scorer_pipeline(name, settings, state_dir)
+                for name, settings in scorers.items()
+            },
         }
-        if "scorer" in only:
-            load_qrels_into_worker(settings, state_dir, payloads)
+        for name, settings in scorers.items():
+            if name in only:
+                load_qrels_into_worker(settings, state_dir, payloads)
         results: dict[str, list[Figures]] = {name: [] for name in PIPELINES}
         loads: dict[float, float] = dict(zip(LOADS, args.rates, strict=True)) if args.rates else {}
         for rep in range(reps):
-            order = PIPELINES[rep % 3 :] + PIPELINES[: rep % 3]
+            shift = rep % len(PIPELINES)
+            order = PIPELINES[shift:] + PIPELINES[:shift]
             if rep == 0:
                 order = ("pipe", *(n for n in order if n != "pipe"))
             print(f"repetition {rep + 1}/{reps}: {', '.join(n for n in order if n in only)}")

@@ -106,12 +106,8 @@ def result_records(path: Path) -> list[tuple[str, bytes]]:
 
 
 @click.command("replay")
-@click.option(
-    "--golden", type=click.Path(path_type=Path), help="Golden set: JSONL or TREC qrels."
-)
-@click.option(
-    "--results", type=click.Path(path_type=Path), help="Results: JSONL or a TREC run."
-)
+@click.option("--golden", type=click.Path(path_type=Path), help="Golden set: JSONL or TREC qrels.")
+@click.option("--results", type=click.Path(path_type=Path), help="Results: JSONL or a TREC run.")
 @click.option("--rate", type=float, default=None, help="Results per second (default: no limit).")
 def replay_command(golden: Path | None, results: Path | None, rate: float | None) -> None:
     """Send the files `scorer eval` reads into Kafka, keyed by queryId.

@@ -79,7 +79,12 @@ def make_data_dir(settings: Settings) -> None:
 def worker_command(loglevel: str) -> None:
     """Run the streaming scorer (configured by SCORER_* and KAFKA_BOOTSTRAP_SERVERS)."""
     from scorer.stream.app import create_app
+    from scorer.stream.faust_edge.versions import VersionMismatch, check_versions
 
+    try:
+        check_versions()
+    except VersionMismatch as error:
+        raise click.ClickException(str(error)) from None
     settings = load_settings()
     check_web_port(settings)
     make_data_dir(settings)

@@ -257,9 +257,7 @@ async def _describe_topics(
     try:
         if names is None:
             internal = sorted(
-                name
-                for name in await admin.list_topics()
-                if name.startswith(f"{settings.app_id}-")
+                name for name in await admin.list_topics() if name.startswith(f"{settings.app_id}-")
             )
             names = [topic.name for topic in wanted_topics(settings)] + internal
         counts = await _partition_counts(admin, names)

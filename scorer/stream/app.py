@@ -26,7 +26,6 @@ import faust
 
 from scorer.settings import Settings
 from scorer.stream import faust_edge, parking, qrels, rollups
-from scorer.stream.faust_metrics import setup_faust_metrics
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import ResultBatches
 from scorer.stream.telemetry import Telemetry
@@ -91,8 +90,9 @@ def create_app(settings: Settings) -> Scorer:
     )
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
-    setup_faust_metrics(app, registry=telemetry.registry, name_prefix="retrieval_scorer")
-    edge = faust_edge.install(app, telemetry.registry, settings.kafka_fetch_max_wait_ms)
+    edge = faust_edge.install(
+        app, telemetry.registry, settings.kafka_fetch_max_wait_ms, "retrieval_scorer"
+    )
 
     parts = StreamParts(
         app=app,

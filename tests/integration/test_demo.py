@@ -57,9 +57,7 @@ def test_a_stop_signal_stops_the_worker_and_the_broker_it_started(tmp_path, stop
     """The demo starts its own broker (no KAFKA_BOOTSTRAP_SERVERS) in ``tmp_path``."""
     port = free_port()
     env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("KAFKA_", "SCORER_"))
+        key: value for key, value in os.environ.items() if not key.startswith(("KAFKA_", "SCORER_"))
     }
     env.update(SCORER_STATE_DIR=str(tmp_path), SCORER_WEB_PORT=str(port), PYTHONUNBUFFERED="1")
     demo = subprocess.Popen(

@@ -38,8 +38,9 @@ def test_not_ready_while_the_input_topics_are_missing(kafka_bootstrap, tmp_path)
         assert worker.get("/readyz")[0] == 503
         logged = [line for line in worker.tail(400).splitlines() if "scorer topics create" in line]
         assert len(logged) == 1, logged
-        assert f"input topics missing: {settings.results_topic}, {settings.qrels_topic};" in (
-            logged[0]
+        assert (
+            f"input topics missing: {settings.results_topic}, {settings.qrels_topic};"
+            in (logged[0])
         )
 
         # Faust does not pick up topics created after it started: still not ready ...

@@ -22,6 +22,7 @@ from scorer.stream.faust_edge.consumer import (
     fetch_batches,
 )
 from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
+from scorer.stream.faust_edge.versions import PINNED, VersionMismatch, check_versions, installed
 
 RESULTS = [TopicPartition("results", p) for p in range(2)]
 CHANGELOG = TopicPartition("app-qrels-changelog", 0)
@@ -314,3 +315,20 @@ def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int |
     assert consumer._new_offset(RESULTS[0]) is None
     consumer._acked[RESULTS[0]][:0] = range(0, 1636)
     assert consumer._new_offset(RESULTS[0]) == 1700
+
+
+# ---------------------------------------------------------------- pinned versions
+
+
+def test_the_installed_faust_and_aiokafka_are_the_pinned_ones() -> None:
+    assert {name: installed(name) for name in PINNED} == PINNED
+    check_versions()
+
+
+def test_another_version_stops_the_worker_with_one_line_naming_both() -> None:
+    with pytest.raises(VersionMismatch) as raised:
+        check_versions({"faust-streaming": "0.15.3", "aiokafka": "0.13.0"})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "aiokafka 0.13.0 (needs 0.14.0)" in message
+    assert "faust-streaming" not in message.split("found", 1)[1]

@@ -14,7 +14,10 @@ from scorer.stream.web import InputTopics
 
 def test_missing_then_created_late_then_fine_after_a_restart(monkeypatch, caplog) -> None:
     answers: list[list[str] | Exception] = [
-        ["results", "qrels"], ["results", "qrels"], KafkaConnectionError("down"), [],
+        ["results", "qrels"],
+        ["results", "qrels"],
+        KafkaConnectionError("down"),
+        [],
     ]
 
     async def missing_topics(options: object, names: list[str]) -> list[str]:

@@ -25,8 +25,7 @@ def test_a_web_port_in_use_is_one_line_and_exit_1(monkeypatch) -> None:
         result = CliRunner().invoke(main, ["worker"])
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: web port 127.0.0.1:{port} is in use (stop what holds it, or set "
-        "SCORER_WEB_PORT)\n"
+        f"Error: web port 127.0.0.1:{port} is in use (stop what holds it, or set SCORER_WEB_PORT)\n"
     )
 
 

@@ -23,6 +23,7 @@ from scorer.stream.faust_edge.consumer import (
     Output,
 )
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
+from scorer.stream.faust_edge.monitor import setup_faust_metrics
 from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
 from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
@@ -64,9 +65,13 @@ class Edge:
         return self.transactions.events(stream)
 
 
-def install(app: Any, registry: CollectorRegistry, fetch_max_wait_ms: int) -> Edge:
-    """Make ``app``'s consumer the guarded one (before anything creates it); the
-    input ledger's series go to ``registry``."""
+def install(
+    app: Any, registry: CollectorRegistry, fetch_max_wait_ms: int, metrics_prefix: str
+) -> Edge:
+    """Make ``app``'s consumer the guarded one (before anything creates it), and its
+    monitor the cached Prometheus one: Faust's series under ``metrics_prefix`` and the
+    input ledger's go to ``registry``."""
+    setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
     ledger = InputLedger()
     thread = type(
         "GuardedConsumerThread", (GuardedConsumerThread,), {"fetch_max_wait_ms": fetch_max_wait_ms}

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from scorer.settings import Settings
 from scorer.stream.app import create_app
-from scorer.stream.faust_metrics import CachedPrometheusMonitor
+from scorer.stream.faust_edge.monitor import CachedPrometheusMonitor
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
