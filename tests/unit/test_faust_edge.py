@@ -19,6 +19,8 @@ from scorer.stream.faust_edge.consumer import (
     FetchedBatch,
     GuardedConsumer,
     GuardedConsumerThread,
+    OpenGate,
+    Output,
     fetch_batches,
 )
 from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
@@ -315,6 +317,149 @@ def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int |
     assert consumer._new_offset(RESULTS[0]) is None
     consumer._acked[RESULTS[0]][:0] = range(0, 1636)
     assert consumer._new_offset(RESULTS[0]) == 1700
+
+
+# ---------------------------------------------------------------- the batch path
+
+
+class StandInProducer:
+    """Faust's producer: records what is sent and hands back a future per record
+    (failed with ``fail`` for the values in ``failing``)."""
+
+    def __init__(self, failing: set[bytes] | None = None) -> None:
+        self.sent: list[tuple[str, bytes | None, int | None, str | None]] = []
+        self.futures: list[asyncio.Future] = []
+        self.failing = failing or set()
+
+    async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
+        self.sent.append((topic, value, partition, transactional_id))
+        future = asyncio.get_running_loop().create_future()
+        if value in self.failing:
+            future.set_exception(RuntimeError("broker said no"))
+        else:
+            future.set_result(SimpleNamespace(topic=topic, offset=len(self.sent)))
+        self.futures.append(future)
+        return future
+
+
+class StandInGate(OpenGate):
+    """The exactly_once gate: one transactional id per partition, and the offsets
+    already sent in each partition's open transaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = asyncio.Lock()
+        self.last: dict[Any, int] = {}
+
+    def transactional_id(self, tp: Any) -> str:
+        return f"app-1-{tp.partition}"
+
+    def first_unprocessed(self, tp: Any) -> int | None:
+        return None if tp not in self.last else self.last[tp] + 1
+
+    def processed(self, tp: Any, offset: int) -> None:
+        self.last[tp] = offset
+
+
+def batch_consumer(
+    gate: OpenGate | None = None, failing: set[bytes] | None = None
+) -> tuple[GuardedConsumer, list[list[int]]]:
+    """A stand-in consumer whose results topic goes to a handler that echoes each
+    record as an output; returns it and the offsets each handler call saw."""
+    consumer, _ = stand_in_consumer()
+    seen: list[list[int]] = []
+
+    def handler(tp: Any, records: list[Any]) -> list[Output]:
+        seen.append([record.offset for record in records])
+        return [Output("scored", None, str(record.offset).encode()) for record in records]
+
+    consumer.batch_handlers = {"results": handler}  # type: ignore[misc]
+    consumer.gate = gate or OpenGate()
+    consumer.app.producer = StandInProducer(failing)
+    consumer.app.monitor = SimpleNamespace(track_tp_end_offset=lambda tp, offset: None)
+    consumer.highwater = lambda tp: 0  # type: ignore[method-assign]
+    consumer._to_message = lambda tp, record: SimpleNamespace(  # type: ignore[method-assign]
+        key=None, value=None, headers=None, offset=record.offset
+    )
+    return consumer, seen
+
+
+def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> None:
+    consumer, seen = batch_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 4, end=6)}))  # a marker at 5
+    assert seen == [[0, 1, 2, 3, 4]]
+    assert [value for _, value, _, _ in consumer.app.producer.sent] == [
+        b"0",
+        b"1",
+        b"2",
+        b"3",
+        b"4",
+    ]
+    assert consumer._acked[RESULTS[0]] == [0, 1, 2, 3, 4, 5]
+    assert consumer._new_offset(RESULTS[0]) == 6
+    assert consumer.ledger.partitions[RESULTS[0]].accounted == 6
+
+
+def test_a_batch_of_a_revoked_partition_is_dropped_and_sought_back() -> None:
+    consumer, seen = batch_consumer()
+    consumer._active_partitions = {RESULTS[1]}
+    consumer.ledger.started(RESULTS[0], 10)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(10, 19)}))
+    assert seen == []
+    assert consumer.app.producer.sent == []
+    assert not consumer._acked[RESULTS[0]]
+    assert consumer._thread.sought == {RESULTS[0]: 10}
+
+
+def test_a_batch_whose_generation_ended_while_sending_is_not_booked() -> None:
+    consumer, seen = batch_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    send = consumer.app.producer.send
+
+    async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
+        consumer.app.consumer_generation_id = 2  # a rebalance began meanwhile
+        return await send(*args, **kwargs)
+
+    consumer.app.producer.send = send_then_rebalance
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 2)}))
+    assert seen == [[0, 1, 2]]
+    assert not consumer._acked[RESULTS[0]]
+    assert consumer._thread.sought == {RESULTS[0]: 0}
+    assert consumer.ledger.partitions[RESULTS[0]].accounted == 0
+
+
+def test_an_output_the_producer_gave_up_on_stops_the_commit() -> None:
+    consumer, _ = batch_consumer(failing={b"1"})
+    consumer.ledger.started(RESULTS[0], 0)
+    crashed: list[BaseException] = []
+
+    async def crash(error: BaseException) -> None:
+        crashed.append(error)
+
+    consumer.crash = crash  # type: ignore[method-assign]
+
+    async def scenario() -> bool:
+        await consumer._deliver_all({RESULTS[0]: batch(0, 2)})
+        await asyncio.sleep(0)  # the futures' callbacks run
+        return await consumer._commit({RESULTS[0]: 3})
+
+    assert asyncio.run(scenario()) is False
+    assert [str(error) for error in crashed] == ["broker said no"]
+
+
+def test_under_exactly_once_outputs_join_the_partitions_transaction_once() -> None:
+    gate = StandInGate()
+    consumer, seen = batch_consumer(gate)
+    consumer.ledger.started(RESULTS[1], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[1]: batch(0, 3)}))
+    # A seek back to the committed offset after a rebalance that kept the partition
+    # here: records already in the open transaction are not sent again.
+    consumer.ledger.started(RESULTS[1], 0)
+    asyncio.run(consumer._deliver_all({RESULTS[1]: batch(0, 5)}))
+    assert seen == [[0, 1, 2, 3], [4, 5]]
+    assert {txn for *_, txn in consumer.app.producer.sent} == {"app-1-1"}
+    assert gate.last == {RESULTS[1]: 5}
 
 
 # ---------------------------------------------------------------- pinned versions
