@@ -423,7 +423,9 @@ class GuardedConsumer(AIOKafkaConsumer):
                     continue
                 hand_from = verdict.offset
             handler = self.batch_handlers.get(tp.topic)
-            if handler is None:
+            if not tracked:
+                stopped_at = await self._deliver_changelog(tp, batch, generation_id)
+            elif handler is None:
                 stopped_at = await self._deliver(tp, batch, hand_from, generation_id, tracked)
             else:
                 stopped_at = await self._deliver_batch(
@@ -476,6 +478,45 @@ class GuardedConsumer(AIOKafkaConsumer):
         if tracked:
             ledger.handed(tp, handed_to, batch.end)
         return None
+
+    async def _deliver_changelog(
+        self, tp: TP, batch: FetchedBatch, generation_id: int
+    ) -> int | None:
+        """A changelog batch for table recovery (or a standby), applied to its table in
+        one step instead of one queued event at a time (Faust's recovery loop spends
+        ~0.5 ms a record on its bookkeeping): every record but the last is decoded and
+        applied here, and recovery's offsets moved past them; the last one takes
+        Faust's path, so that its recovery loop sees the progress and ends recovery
+        when the changelog is read. Anything Faust's loop holds is applied first, so
+        the writes keep their order."""
+        recovery = self.app.tables.recovery
+        if tp in recovery.active_tps:
+            offsets, received = recovery.active_offsets, recovery._active_events_received_at
+        elif tp in recovery.standby_tps:
+            offsets, received = recovery.standby_offsets, recovery._standby_events_received_at
+        else:
+            return await self._deliver(tp, batch, batch.start, generation_id, False)
+        seen = offsets.get(tp)
+        records = [r for r in batch.records if seen is None or r.offset > seen]
+        if len(records) > 1:
+            queue = self.app.tables.changelog_queue
+            while not queue.empty():  # Faust's loop takes what it was given first
+                await asyncio.sleep(0.001)
+            if not self.flow_active or self.app.consumer_generation_id != generation_id:
+                return records[0].offset
+            recovery.flush_buffers()
+            table = recovery.tp_to_table[tp]
+            decode = table.changelog_topic.decode
+            to_message = self._to_message
+            events = [
+                await decode(to_message(tp, record), propagate=True) for record in records[:-1]
+            ]
+            table.apply_changelog_batch(events)
+            offsets[tp] = records[-2].offset
+            received[tp] = monotonic()
+            self._read_offset[tp] = records[-2].offset
+        tail = FetchedBatch(records[-1:], records[-1].offset if records else batch.end, batch.end)
+        return await self._deliver(tp, tail, tail.start, generation_id, False)
 
     async def _deliver_batch(
         self,
