@@ -8,10 +8,10 @@ tables.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
@@ -168,17 +168,34 @@ def deadletter_headers(
     ]
 
 
+class ParkedItem(NamedTuple):
+    """A result waiting for its qrels, as the ``parked`` table keeps it (a JSON array)."""
+
+    result_id: str
+    parked_at: float
+    """Epoch seconds."""
+    raw: str
+    """The result's JSON text, as it arrived."""
+    partition: int
+    """Its input partition (the expiry command goes there)."""
+
+
+def parked_items(stored: Iterable[Sequence[Any]] | None) -> list[ParkedItem]:
+    """A query's parked list as read from the table (arrays after a changelog replay)."""
+    return [ParkedItem(*item) for item in stored or ()]
+
+
 @dataclass(frozen=True, slots=True)
 class ParkDecision:
     """Where a result without qrels goes: the new parked list, and what was pushed out."""
 
-    parked: list[list[Any]]
-    evicted: list[list[Any]]
+    parked: list[ParkedItem]
+    evicted: list[ParkedItem]
     added: bool = True
 
 
 def park(
-    parked: list[list[Any]],
+    parked: list[ParkedItem],
     raw: bytes,
     result_id: str,
     now: float,
@@ -187,13 +204,13 @@ def park(
 ) -> ParkDecision:
     """Append a result to its query's parked list, keeping at most ``max_per_query``.
 
-    A parked item is ``[resultId, parkedAt, raw JSON text, partition]``. When the
-    list is full the oldest item is evicted (it ends as unjudged, never silently).
-    A result already parked (redelivered after a crash) is not parked twice.
+    When the list is full the oldest item is evicted (it ends as unjudged, never
+    silently). A result already parked (redelivered after a crash) is not parked
+    twice.
     """
-    if any(item[0] == result_id for item in parked):
+    if any(item.result_id == result_id for item in parked):
         return ParkDecision(parked=parked, evicted=[], added=False)
-    items = [*parked, [result_id, now, raw.decode(), partition]]
+    items = [*parked, ParkedItem(result_id, now, raw.decode(), partition)]
     overflow = len(items) - max_per_query
     if overflow > 0:
         return ParkDecision(parked=items[overflow:], evicted=items[:overflow])
@@ -201,9 +218,9 @@ def park(
 
 
 def split_expired(
-    parked: list[list[Any]], now: float, ttl: float
-) -> tuple[list[list[Any]], list[list[Any]]]:
+    parked: list[ParkedItem], now: float, ttl: float
+) -> tuple[list[ParkedItem], list[ParkedItem]]:
     """``(still parked, expired)``: items parked for ``ttl`` seconds or more have expired."""
-    keep = [item for item in parked if now - item[1] < ttl]
-    expired = [item for item in parked if now - item[1] >= ttl]
+    keep = [item for item in parked if now - item.parked_at < ttl]
+    expired = [item for item in parked if now - item.parked_at >= ttl]
     return keep, expired

@@ -26,7 +26,9 @@ def register(parts: StreamParts) -> None:
             query_id = event.message.key.decode()
             expiring.discard(query_id)
             keep, expired = core.split_expired(
-                parked_table.get(query_id) or [], time.time(), settings.parking_ttl_seconds
+                core.parked_items(parked_table.get(query_id)),
+                time.time(),
+                settings.parking_ttl_seconds,
             )
             if not expired:
                 continue
@@ -41,12 +43,13 @@ def register(parts: StreamParts) -> None:
     async def sweep_parked() -> None:
         now = time.time()
         total = 0
-        for query_id, items in list(parked_table.items()):
+        for query_id, stored in list(parked_table.items()):
+            items = core.parked_items(stored)
             total += len(items)
-            oldest = min(item[1] for item in items)
+            oldest = min(item.parked_at for item in items)
             if now - oldest >= settings.parking_ttl_seconds and query_id not in expiring:
                 expiring.add(query_id)
                 await parts.expiry_topic.send(
-                    key=query_id.encode(), value=b"", partition=items[0][3]
+                    key=query_id.encode(), value=b"", partition=items[0].partition
                 )
         telemetry.parked.set(parts.parked.reset(total))

@@ -43,12 +43,12 @@ def register(parts: StreamParts) -> None:
             entry = core.golden_entry(golden)
             qrels_table[golden.query_id] = entry
             telemetry.qrels.labels("stored").inc()
-            waiting = parked_table.pop(golden.query_id, None)
+            waiting = core.parked_items(parked_table.pop(golden.query_id, None))
             if not waiting:
                 continue
             telemetry.parked.set(parts.parked.add(-len(waiting)))
             for seq, item in enumerate(waiting):
-                result = core.decode_result(item[2].encode())
+                result = core.decode_result(item.raw.encode())
                 position = runs.SourcePosition(
                     message.topic, message.partition, message.offset, seq
                 )

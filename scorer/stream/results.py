@@ -53,10 +53,8 @@ def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
     settings = parts.settings
     if not pending.size:
         return []
-    if not (
-        force
-        or pending.size >= settings.rollup_batch_size
-        or time.perf_counter() - pending.since >= settings.rollup_batch_seconds
+    if not force and not pending.due(
+        time.perf_counter(), settings.rollup_batch_size, settings.rollup_batch_seconds
     ):
         return []
     return [
@@ -100,7 +98,7 @@ class ResultBatches:
         started = time.perf_counter()
         now = time.time()
         outputs: list[Output] = []
-        parked: dict[str, list[list[Any]]] = {}
+        parked: dict[str, list[core.ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
         for record in records:
             try:
@@ -132,7 +130,7 @@ class ResultBatches:
         raw: bytes,
         partition: int,
         now: float,
-        parked: dict[str, list[list[Any]]],
+        parked: dict[str, list[core.ParkedItem]],
     ) -> None:
         """Park a result whose qrels have not arrived (into ``parked``, written to the
         table once per query at the end of the batch)."""
@@ -145,7 +143,7 @@ class ResultBatches:
         query_id = result.query_id
         current = parked.get(query_id)
         if current is None:
-            current = parts.parked_table.get(query_id) or []
+            current = core.parked_items(parts.parked_table.get(query_id))
         decision = core.park(
             current, raw, result.result_id, now, settings.parking_max_per_query, partition
         )

@@ -77,6 +77,5 @@ def register(parts: StreamParts) -> None:
 
     def forget_seen(partition: int, before: float, outputs: list[Output]) -> None:
         """Drop this partition's ``seen`` entries recorded before ``before``."""
-        mine = ((key, entry) for key, entry in seen_table.items() if entry[4] == partition)
-        for key in runs.expired_seen(mine, before):
+        for key in runs.expired_seen(seen_table.items(), before, partition):
             seen_out.delete(key, partition, outputs)

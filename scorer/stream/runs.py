@@ -25,9 +25,9 @@ counts exact under at-least-once delivery:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -81,6 +81,24 @@ def decode_contributions(raw: bytes) -> list[Contribution]:
     return [Contribution.from_wire(item) for item in orjson.loads(raw)]
 
 
+class SeenEntry(NamedTuple):
+    """Where a run counted a resultId (the ``rollup_seen`` table keeps it as a JSON array)."""
+
+    stream: str
+    """The input partition, ``topic/partition``."""
+    offset: int
+    seq: int
+    seen_at: float
+    """Epoch seconds."""
+    partition: int
+    """The rollup partition whose changelog holds the entry."""
+
+
+def seen_entry(stored: Sequence[Any]) -> SeenEntry:
+    """A ``seen`` entry as read from the table (an array after a changelog replay)."""
+    return stored if isinstance(stored, SeenEntry) else SeenEntry(*stored)
+
+
 @dataclass
 class PendingRollups:
     """Contributions waiting to be sent, grouped by input partition and run.
@@ -106,6 +124,11 @@ class PendingRollups:
         else:
             items.append(item)
         self.size += 1
+
+    def due(self, now: float, max_size: int, max_seconds: float) -> bool:
+        """Whether to send what is pending: ``max_size`` contributions, or the oldest
+        one ``max_seconds`` old (``now`` on the clock :meth:`add` was given)."""
+        return self.size > 0 and (self.size >= max_size or now - self.since >= max_seconds)
 
     def drain(self) -> list[tuple[SourcePosition, bytes, bytes]]:
         records = [
@@ -182,13 +205,9 @@ class RunBatch:
                 self._changed.add(run_key)
                 self.resent += 1
                 return False
-            self.seen[seen_key] = [
-                position.stream,
-                position.offset,
-                position.seq,
-                self.now,
-                self.partition,
-            ]
+            self.seen[seen_key] = SeenEntry(
+                position.stream, position.offset, position.seq, self.now, self.partition
+            )
         values = item.values
         key = query_key(run_id, item.query_id)
         tracked = self.queries[key] if key in self.queries else self.load_query(key)
@@ -213,15 +232,24 @@ class RunBatch:
         return changed
 
 
-def counted_in(state: Mapping[str, Any], seen: list[Any]) -> bool:
+def counted_in(state: Mapping[str, Any], seen: Sequence[Any]) -> bool:
     """True when the run state includes the record a ``seen`` entry names: the run's
     watermark for that entry's input partition is at or past its position."""
-    return _at_or_below_mark(state, seen[0], seen[1], seen[2])
+    entry = seen_entry(seen)
+    return _at_or_below_mark(state, entry.stream, entry.offset, entry.seq)
 
 
-def expired_seen(entries: Iterable[tuple[str, list[Any]]], before: float) -> list[str]:
-    """Keys of ``seen`` entries recorded before ``before`` (epoch seconds)."""
-    return [key for key, entry in entries if entry[3] < before]
+def expired_seen(
+    entries: Iterable[tuple[str, Sequence[Any]]], before: float, partition: int | None = None
+) -> list[str]:
+    """Keys of ``seen`` entries recorded before ``before`` (epoch seconds), of the rollup
+    ``partition`` only when given."""
+    expired = []
+    for key, stored in entries:
+        entry = seen_entry(stored)
+        if entry.seen_at < before and (partition is None or entry.partition == partition):
+            expired.append(key)
+    return expired
 
 
 def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:

@@ -129,13 +129,28 @@ def test_a_seen_entry_whose_run_state_was_lost_does_not_block_the_recount() -> N
 def test_seen_entries_name_where_and_when_they_were_counted() -> None:
     tables = Tables()
     tables.fold([(record("r1", 0.2), at(5, partition=2, seq=1))], now=1234.5)
-    assert tables.seen == {"run-a\x1fr1": ["results/2", 5, 1, 1234.5, 3]}
+    assert tables.seen == {
+        "run-a\x1fr1": runs.SeenEntry(
+            stream="results/2", offset=5, seq=1, seen_at=1234.5, partition=3
+        )
+    }
 
 
 def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
     entries = [("a", ["results/0", 1, 0, 10.0, 0]), ("b", ["results/0", 2, 0, 20.0, 0])]
     assert runs.expired_seen(entries, before=15.0) == ["a"]
     assert runs.expired_seen(entries, before=10.0) == []
+    assert runs.expired_seen(entries, before=25.0, partition=1) == []
+
+
+def test_pending_contributions_are_due_at_the_size_or_the_age_limit() -> None:
+    pending = runs.PendingRollups()
+    assert not pending.due(now=100.0, max_size=2, max_seconds=0.2)  # nothing pending
+    pending.add(b"run-a", record("r1", 0.2)(at(1)), now=10.0)
+    assert not pending.due(now=10.1, max_size=2, max_seconds=0.2)
+    assert pending.due(now=10.2, max_size=2, max_seconds=0.2)
+    pending.add(b"run-a", record("r2", 0.3)(at(2)), now=10.1)
+    assert pending.due(now=10.1, max_size=2, max_seconds=0.2)
 
 
 def test_after_the_window_a_resend_counts_again() -> None:

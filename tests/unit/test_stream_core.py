@@ -120,16 +120,23 @@ def test_parking_is_bounded_per_query_and_evicts_the_oldest():
     for i in range(3):
         decision = core.park(parked, b"{}", f"r{i}", now=float(i), max_per_query=2, partition=1)
         parked = decision.parked
-    assert [item[0] for item in parked] == ["r1", "r2"]
-    assert [item[0] for item in decision.evicted] == ["r0"]
-    assert parked[0][3] == 1
+    assert [item.result_id for item in parked] == ["r1", "r2"]
+    assert [item.result_id for item in decision.evicted] == ["r0"]
+    assert parked[0].partition == 1
+
+
+def test_parked_items_read_back_from_a_changelog_are_named() -> None:
+    stored = [["r1", 2.5, '{"a": 1}', 3]]  # what a JSON replay of the table gives
+    (item,) = core.parked_items(stored)
+    assert (item.result_id, item.parked_at, item.raw, item.partition) == ("r1", 2.5, '{"a": 1}', 3)
+    assert core.parked_items(None) == []
 
 
 def test_expiry_splits_at_the_ttl():
-    parked = [["old", 0.0, "{}", 0], ["young", 9.0, "{}", 0]]
+    parked = core.parked_items([["old", 0.0, "{}", 0], ["young", 9.0, "{}", 0]])
     keep, expired = core.split_expired(parked, now=10.0, ttl=10.0)
-    assert [i[0] for i in keep] == ["young"]
-    assert [i[0] for i in expired] == ["old"]
+    assert [i.result_id for i in keep] == ["young"]
+    assert [i.result_id for i in expired] == ["old"]
 
 
 def test_a_redelivered_result_is_not_parked_twice():
