@@ -148,7 +148,7 @@ def test_pending_contributions_are_due_at_the_size_or_the_age_limit() -> None:
     assert not pending.due(now=100.0, max_size=2, max_seconds=0.2)  # nothing pending
     pending.add(b"run-a", record("r1", 0.2)(at(1)), now=10.0)
     assert not pending.due(now=10.1, max_size=2, max_seconds=0.2)
-    assert pending.due(now=10.2, max_size=2, max_seconds=0.2)
+    assert pending.due(now=10.25, max_size=2, max_seconds=0.2)
     pending.add(b"run-a", record("r2", 0.3)(at(2)), now=10.1)
     assert pending.due(now=10.1, max_size=2, max_seconds=0.2)
 
