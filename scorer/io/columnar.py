@@ -7,7 +7,7 @@ on every core, and a run's rankings are ordered with a vectorised sort.
 The fast path never decides what a malformed file means: whatever it cannot
 read exactly as ``str.split`` would (a wrong column count, a score or grade
 that does not convert, a tab, two spaces in a row, a blank line of spaces,
-Unicode whitespace, bytes that are not UTF-8, a NaN score...) makes it return
+Unicode whitespace, bytes that are not UTF-8, a score that is not finite...) makes it return
 ``None``, and the caller reads that input line by line, which either accepts it
 too or says ``file:line: what is wrong``.
 """
@@ -186,7 +186,7 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
 def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     """The rankings of a chunk of TREC run lines, each in trec_eval's order, and
     the number of lines; None when :func:`read_chunk` cannot read it or a score
-    is NaN (whose order only Python's sort defines).
+    is not finite (NaN or infinite: the line reader names the line).
 
     One block per (tag, qid) of the chunk, in order of first appearance, lines
     of a query merged wherever they are in the chunk.
@@ -210,7 +210,7 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     if not rows:
         return [], lines
     scores = table["score"].to_numpy()
-    if np.isnan(scores).any():
+    if not np.isfinite(scores).all():
         return None
     scores = scores + 0.0  # -0.0 becomes 0.0: equal, as Python's comparisons see them
     qid = table["qid"].combine_chunks()

@@ -17,6 +17,7 @@ such a chunk is read line by line, which also names a malformed line.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -205,10 +206,11 @@ def _blocks_of_checked_lines(path: Path, first: int, lines: list[str]) -> list[_
 
 
 def _blocks_of_lines(lines: list[str]) -> list[_Block]:
-    """The blocks of well-formed, non-blank run lines; ValueError on any other line.
+    """The blocks of well-formed, non-blank run lines; ValueError on any other line
+    (a score that is not finite too).
 
     The hot loop of the line reader: no checks but the unpacking, and the scores
-    are converted per block, at C speed.
+    are converted and checked per block, at C speed.
     """
     pending: list[tuple[str, str, list[str], list[str]]] = []
     run_id = query_id = ""
@@ -224,9 +226,13 @@ def _blocks_of_lines(lines: list[str]) -> list[_Block]:
         scores.append(score)
     if docs:
         pending.append((run_id, query_id, docs, scores))
-    return [
-        (run, query, docs, list(map(float, scores)), False) for run, query, docs, scores in pending
-    ]
+    blocks: list[_Block] = []
+    for run, query, docs, scores in pending:
+        values = list(map(float, scores))
+        if not all(map(math.isfinite, values)):
+            raise ValueError("a score is not finite")
+        blocks.append((run, query, docs, values, False))
+    return blocks
 
 
 def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
@@ -242,9 +248,12 @@ def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
                 number,
             )
         try:
-            float(columns[4])
+            value = float(columns[4])
         except ValueError:
             raise InputError(path, f"score {columns[4]!r} is not a number", number) from None
+        if not math.isfinite(value):
+            # NaN has no place in trec_eval's order, and an infinite score is a bug upstream.
+            raise InputError(path, "score is not a finite number", number)
 
 
 def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator[Retrieval]:
