@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scorer.evaluate import evaluate_run_file  # noqa: E402
+from scorer.evaluation import evaluate_run_file  # noqa: E402
 from scorer.io import read_golden  # noqa: E402
 from scorer.metrics import METRIC_NAMES, Judgments, score  # noqa: E402
 from scorer.rollup import RunRollup  # noqa: E402

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from schemas.events import MAX_K
-from scorer.evaluate import Evaluation, evaluate_run_file
+from scorer.evaluation import Evaluation, evaluate_run_file
 from scorer.io import InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
 from scorer.metrics import METRIC_NAMES

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorer.cli import main
-from scorer.evaluate import evaluate_run_file
+from scorer.evaluation import evaluate_run_file
 from scorer.io import InputError, columnar, iter_retrievals, read_golden
+from scorer.io import qrels as qrels_reader
+from scorer.io import runs as run_reader
 
 QIDS = ["q1", "q2", "q10", "qé"]
 DOCS = ["a", "b", "c", "d10", "d9", "Z", "é", "ü", "日本"]
@@ -48,6 +51,17 @@ def oracle(text: str) -> list[tuple[str, str, list[str]]]:
 
 def read_run(path: Path) -> list[tuple[str, str, list[str]]]:
     return [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(path, merge_blocks=True)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def columnar_for_small_files() -> Iterator[None]:
+    """The fast path for files of any size (by default only from 4 MiB), so that
+    these small files exercise it. Module-scoped: hypothesis tests take no
+    function-scoped fixtures."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
+        patch.setattr(qrels_reader, "COLUMNAR_MIN_BYTES", 0)
+        yield
 
 
 @pytest.fixture

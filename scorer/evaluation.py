@@ -14,11 +14,16 @@ Which queries count (trec_eval's rules, with nothing hidden):
 - a judged query with no relevant id (every grade <= 0) is scored: recall,
   nDCG, MRR and hit are 0 by the conventions, as pytrec_eval, ranx and
   ir-measures also score it.
+
+Several cutoffs are scored in one pass over the rankings (:func:`evaluate_cutoffs`),
+one :class:`Evaluation` each. Each run also keeps its per-query means (a
+query's rankings averaged, as a JSONL file may hold several), which pair the
+queries of two runs in a comparison (:mod:`scorer.compare`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +60,30 @@ class RunEvaluation:
     rollup: RunRollup = field(default_factory=RunRollup)
     judged_queries: set[str] = field(default_factory=set)
     """Judged query ids this run ranked at least once."""
+    per_query: dict[str, list[float]] = field(default_factory=dict)
+    """Query id -> sums of its metrics over its rankings, then their count (the
+    last item): what :meth:`query_means` averages."""
     results_without_qrels: int = 0
     judged_queries_not_in_run: int = 0
     zero_filled: int = 0
+
+    def add(self, query_id: str, values: Sequence[float], facets: dict[str, str] | None) -> None:
+        """Fold in one scored ranking of ``query_id``."""
+        self.rollup.add(values, facets)
+        sums = self.per_query.get(query_id)
+        if sums is None:
+            self.per_query[query_id] = [*values, 1]
+            return
+        for index, value in enumerate(values):
+            sums[index] += value
+        sums[-1] += 1
+
+    def query_means(self) -> dict[str, list[float]]:
+        """Query id -> the mean of each metric over that query's rankings (METRIC_NAMES order)."""
+        return {
+            query_id: [total / sums[-1] for total in sums[:-1]]
+            for query_id, sums in self.per_query.items()
+        }
 
     def summary(self) -> dict[str, Any]:
         """:meth:`RunRollup.summary` plus ``skipped`` (and ``zeroFilled`` when complete)."""
@@ -103,43 +129,77 @@ def evaluate(
     ``k`` is the cutoff of recall, precision and hit unless a ranking carries its
     own. Facets are the golden set's, overridden key by key by the ranking's.
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    evaluation = Evaluation(k=k, results=[] if per_query else None)
-    runs = evaluation.runs
-    rows = evaluation.results
+    (evaluation,) = evaluate_cutoffs(
+        golden, retrievals, ks=[k], complete=complete, per_query=per_query
+    )
+    return evaluation
+
+
+def evaluate_cutoffs(
+    golden: Golden,
+    retrievals: Iterable[Retrieval],
+    *,
+    ks: Sequence[int],
+    complete: bool = False,
+    per_query: bool = False,
+) -> list[Evaluation]:
+    """:func:`evaluate` at each cutoff of ``ks`` (in that order), in one pass over
+    ``retrievals``: one :class:`Evaluation` per cutoff."""
+    if not ks:
+        raise ValueError("at least one cutoff is needed")
+    for k in ks:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+    evaluations = [Evaluation(k=k, results=[] if per_query else None) for k in ks]
+    cutoffs = [
+        (k, evaluation.runs, evaluation.results)
+        for k, evaluation in zip(ks, evaluations, strict=True)
+    ]
     judgments_of: dict[str, Judgments] = {}
     for retrieval in retrievals:
-        run = runs.get(retrieval.run_id)
-        if run is None:
-            run = runs[retrieval.run_id] = RunEvaluation()
         query_id = retrieval.query_id
         judged = golden.get(query_id)
         if judged is None:
-            run.results_without_qrels += 1
+            for _, runs, _ in cutoffs:
+                run = runs.get(retrieval.run_id)
+                if run is None:
+                    run = runs[retrieval.run_id] = RunEvaluation()
+                run.results_without_qrels += 1
             continue
         judgments = judgments_of.get(query_id)
         if judgments is None:
             judgments = judgments_of[query_id] = Judgments.from_qrels(judged.qrels)
-        values = score(retrieval.ranked, judgments, retrieval.k or k)
         facets = judged.facets
         if retrieval.facets:
             facets = {**facets, **retrieval.facets}
-        run.rollup.add(values, facets)
-        run.judged_queries.add(query_id)
-        if rows is not None:
-            rows.append(ScoredRetrieval(retrieval.run_id, query_id, retrieval.result_id, values))
-    for run_id, run in runs.items():
+        for k, runs, rows in cutoffs:
+            run = runs.get(retrieval.run_id)
+            if run is None:
+                run = runs[retrieval.run_id] = RunEvaluation()
+            values = score(retrieval.ranked, judgments, retrieval.k or k)
+            run.add(query_id, values, facets)
+            run.judged_queries.add(query_id)
+            if rows is not None:
+                row = ScoredRetrieval(retrieval.run_id, query_id, retrieval.result_id, values)
+                rows.append(row)
+    for evaluation in evaluations:
+        _account_for_missing(golden, evaluation, complete)
+    return evaluations
+
+
+def _account_for_missing(golden: Golden, evaluation: Evaluation, complete: bool) -> None:
+    """Count the judged queries each run lacks, or score them as zeros when ``complete``."""
+    rows = evaluation.results
+    for run_id, run in evaluation.runs.items():
         missing = [query_id for query_id in golden if query_id not in run.judged_queries]
         if not complete:
             run.judged_queries_not_in_run = len(missing)
             continue
         run.zero_filled = len(missing)
         for query_id in missing:
-            run.rollup.add(ZERO, golden[query_id].facets)
+            run.add(query_id, ZERO, golden[query_id].facets)
             if rows is not None:
                 rows.append(ScoredRetrieval(run_id, query_id, None, ZERO))
-    return evaluation
 
 
 def evaluate_run_file(
@@ -153,14 +213,33 @@ def evaluate_run_file(
 ) -> Evaluation:
     """:func:`evaluate` of the rankings in ``path`` (a TREC run or JSONL results).
 
+    Raises :class:`scorer.io.InputError` for a bad file.
+    """
+    (evaluation,) = evaluate_run_file_cutoffs(
+        golden, path, ks=[k], complete=complete, per_query=per_query, progress=progress
+    )
+    return evaluation
+
+
+def evaluate_run_file_cutoffs(
+    golden: Golden,
+    path: Path,
+    *,
+    ks: Sequence[int],
+    complete: bool = False,
+    per_query: bool = False,
+    progress: Progress | None = None,
+) -> list[Evaluation]:
+    """:func:`evaluate_cutoffs` of the rankings in ``path`` (a TREC run or JSONL results).
+
     The file is streamed; a TREC run whose queries are not contiguous is read
     again and merged in memory (trec_eval accepts lines in any order).
     Raises :class:`scorer.io.InputError` for a bad file.
     """
     try:
-        return evaluate(
-            golden, iter_retrievals(path, progress), k=k, complete=complete, per_query=per_query
+        return evaluate_cutoffs(
+            golden, iter_retrievals(path, progress), ks=ks, complete=complete, per_query=per_query
         )
     except InterleavedRun:
         merged = iter_retrievals(path, progress, merge_blocks=True)
-        return evaluate(golden, merged, k=k, complete=complete, per_query=per_query)
+        return evaluate_cutoffs(golden, merged, ks=ks, complete=complete, per_query=per_query)
