@@ -31,6 +31,12 @@ from typing import Any
 from scorer.io import Golden, InterleavedRun, Progress, Retrieval, iter_retrievals
 from scorer.metrics import Judgments, MetricValues, score
 from scorer.rollup import RunRollup
+from scorer.significance import (
+    DEFAULT_ALPHA,
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    compare_with_baseline,
+)
 
 ZERO = MetricValues(recall_at_k=0.0, precision_at_k=0.0, ndcg_at_10=0.0, mrr=0.0, hit_at_k=0)
 """The metrics of an empty ranking: what ``complete`` gives a judged query a run lacks."""
@@ -103,17 +109,85 @@ class Evaluation:
 
     k: int
     runs: dict[str, RunEvaluation] = field(default_factory=dict)
+    """In order of first appearance (the first is the baseline of comparisons)."""
     results: list[ScoredRetrieval] | None = None
+    comparisons: dict[str, Any] | None = None
+    """:func:`scorer.significance.compare_with_baseline` of the runs, when there are several."""
 
     def as_json(self) -> dict[str, Any]:
-        """``{"k", "runs": {runId: summary}}`` plus ``"results"`` when per-query rows were kept."""
+        """``{"k", "runs": {runId: summary}}``, plus ``"comparisons"`` when several runs
+        were compared and ``"results"`` when per-query rows were kept."""
         document: dict[str, Any] = {
             "k": self.k,
             "runs": {run_id: self.runs[run_id].summary() for run_id in sorted(self.runs)},
         }
+        if self.comparisons is not None:
+            document["comparisons"] = self.comparisons
         if self.results is not None:
             document["results"] = [row.as_json() for row in self.results]
         return document
+
+    def compare_runs(
+        self,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        permutations: int = DEFAULT_PERMUTATIONS,
+        seed: int = DEFAULT_SEED,
+    ) -> None:
+        """Set :attr:`comparisons`: every run against the first, when there are several."""
+        if len(self.runs) < 2:
+            self.comparisons = None
+            return
+        self.comparisons = compare_with_baseline(
+            {run_id: run.query_means() for run_id, run in self.runs.items()},
+            list(self.runs),
+            alpha=alpha,
+            permutations=permutations,
+            seed=seed,
+        )
+
+
+def as_document(evaluations: Sequence[Evaluation]) -> dict[str, Any]:
+    """The JSON of ``scorer eval``: with one cutoff, that cutoff's
+    :meth:`Evaluation.as_json` (the shape is the same whatever else was asked);
+    with several, ``{"k": [cutoffs], "cutoffs": {"<k>": as_json}}``."""
+    if len(evaluations) == 1:
+        return evaluations[0].as_json()
+    return {
+        "k": [evaluation.k for evaluation in evaluations],
+        "cutoffs": {str(evaluation.k): evaluation.as_json() for evaluation in evaluations},
+    }
+
+
+def combine(sources: Sequence[tuple[str, Sequence[Evaluation]]]) -> list[Evaluation]:
+    """One evaluation per cutoff of the runs of several sources (``(name, evaluations
+    of its cutoffs)``, all at the same cutoffs), in order of the sources.
+
+    A run id (TREC tag) found in more than one source is renamed ``name:runId``
+    in every one of them: users often leave the same tag in every file.
+    """
+    seen: dict[str, int] = {}
+    for _, evaluations in sources:
+        for run_id in evaluations[0].runs:
+            seen[run_id] = seen.get(run_id, 0) + 1
+    combined = [
+        Evaluation(k=evaluation.k, results=None if evaluation.results is None else [])
+        for evaluation in sources[0][1]
+    ]
+    for name, evaluations in sources:
+        for into, evaluation in zip(combined, evaluations, strict=True):
+            renamed = {
+                run_id: (f"{name}:{run_id}" if seen[run_id] > 1 else run_id)
+                for run_id in evaluation.runs
+            }
+            for run_id, run in evaluation.runs.items():
+                into.runs[renamed[run_id]] = run
+            if into.results is not None and evaluation.results is not None:
+                into.results.extend(
+                    ScoredRetrieval(renamed[row.run_id], row.query_id, row.result_id, row.values)
+                    for row in evaluation.results
+                )
+    return combined
 
 
 def evaluate(

@@ -11,9 +11,9 @@ baseline have (paired on query id, each query's mean over its rankings), with
 - **paired randomization test** (Fisher's; Smucker, Allan & Carterette 2007):
   under the null hypothesis the two runs' scores of a query are exchangeable,
   so each permutation flips the sign of each difference with probability 1/2.
-  Signs come from ``numpy.random.default_rng(seed)``: permutation ``i``, query
-  ``j`` (queries sorted by id) is flipped when the ``(i * n + j)``-th draw of
-  ``rng.random()`` is below 1/2. A permutation counts when
+  The flips come from Python's ``random.Random(seed)``: permutation ``i`` is
+  the ``i``-th ``getrandbits(n)``, and bit ``j`` (least significant first) set
+  flips query ``j`` (queries sorted by id). A permutation counts when
   ``|sum(signed d)| >= |sum(d)|`` (less ``1e-9 * sum|d|`` of rounding), and
   ``p = (count + 1) / (permutations + 1)`` (the observed assignment is one of
   the permutations, so p is never 0: Phipson & Smyth 2010).
@@ -29,7 +29,8 @@ The JSON keys reuse the run API's compare endpoint where they mean the same
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scorer.compare import paired
@@ -41,7 +42,10 @@ DEFAULT_SEED = 20_241_130
 DEFAULT_ALPHA = 0.05
 TESTS = ("tTest", "randomization")
 _PERMUTATIONS_PER_BLOCK = 512
-"""Sign rows drawn at once: bounds memory at 512 x queries doubles."""
+"""Sign rows multiplied at once by numpy: bounds memory at 512 x queries doubles."""
+_PYTHON_WORK = 400_000
+"""Up to this many table look-ups (permutations x bytes of queries x columns) the
+test runs in plain Python: importing numpy alone takes ~0.1-0.2 s, more than that."""
 _ROUNDING = 1e-9
 
 
@@ -64,24 +68,87 @@ def randomization_tests(
 ) -> list[float]:
     """p-values of the paired randomization test of each column of ``differences``
     (rows: queries in a fixed order; columns: metrics, or several comparisons' metrics
-    side by side, which then share the same sign flips). See the module docstring."""
-    import numpy as np
+    side by side, which then share the same sign flips). See the module docstring.
 
+    Small problems run in plain Python, large ones with numpy; both see the same
+    flips and count alike (up to the order of floating-point sums, which the
+    rounding allowance covers).
+    """
     if permutations < 1:
         raise ValueError(f"permutations must be >= 1, got {permutations}")
+    queries = len(differences)
+    columns = [list(column) for column in zip(*differences, strict=True)]
+    observed = [abs(math.fsum(column)) for column in columns]
+    thresholds = [
+        total - _ROUNDING * math.fsum(map(abs, column))
+        for total, column in zip(observed, columns, strict=True)
+    ]
+    rng = random.Random(seed)
+    masks = (rng.getrandbits(queries) for _ in range(permutations))
+    size = (queries + 7) // 8
+    if permutations * size * len(columns) <= _PYTHON_WORK:
+        counts = _counts_in_python(columns, thresholds, masks, size)
+    else:
+        counts = _counts_with_numpy(differences, thresholds, masks, size, permutations)
+    return [(count + 1) / (permutations + 1) for count in counts]
+
+
+def _counts_in_python(
+    columns: list[list[float]], thresholds: list[float], masks: Iterator[int], size: int
+) -> list[int]:
+    """Permutations at least as extreme, per column: the flipped part of each sum is
+    looked up a byte of the mask at a time (``sum = total - 2 * flipped``)."""
+    tables: list[list[list[float]]] = []
+    for column in columns:
+        by_byte = []
+        for start in range(0, len(column), 8):
+            values = column[start : start + 8]
+            table = [0.0] * 256
+            for byte in range(1, 256):
+                lowest = (byte & -byte).bit_length() - 1
+                table[byte] = table[byte & (byte - 1)] + (
+                    values[lowest] if lowest < len(values) else 0.0
+                )
+            by_byte.append(table)
+        tables.append(by_byte)
+    totals = [math.fsum(column) for column in columns]
+    counts = [0] * len(columns)
+    plan = list(zip(range(len(columns)), tables, totals, thresholds, strict=True))
+    for mask in masks:
+        data = mask.to_bytes(size, "little")
+        for index, by_byte, total, threshold in plan:
+            flipped = sum([table[byte] for table, byte in zip(by_byte, data, strict=True)])
+            if abs(total - 2.0 * flipped) >= threshold:
+                counts[index] += 1
+    return counts
+
+
+def _counts_with_numpy(
+    differences: Sequence[Sequence[float]],
+    thresholds: list[float],
+    masks: Iterator[int],
+    size: int,
+    permutations: int,
+) -> list[int]:
+    """Permutations at least as extreme, per column: blocks of sign rows times the
+    differences, one matrix product per block."""
+    import numpy as np
+
     matrix = np.asarray(differences, dtype=np.float64)
-    queries, columns = matrix.shape
-    observed = np.abs(matrix.sum(axis=0))
-    threshold = observed - _ROUNDING * np.abs(matrix).sum(axis=0)
-    counts = np.zeros(columns, dtype=np.int64)
-    rng = np.random.default_rng(seed)
+    queries = matrix.shape[0]
+    limit = np.asarray(thresholds)
+    counts = np.zeros(matrix.shape[1], dtype=np.int64)
     done = 0
     while done < permutations:
         rows = min(_PERMUTATIONS_PER_BLOCK, permutations - done)
-        signs = np.where(rng.random((rows, queries)) < 0.5, -1.0, 1.0)
-        counts += (np.abs(signs @ matrix) >= threshold).sum(axis=0)
+        packed = b"".join(next(masks).to_bytes(size, "little") for _ in range(rows))
+        bits = np.unpackbits(
+            np.frombuffer(packed, np.uint8).reshape(rows, size), axis=1, bitorder="little"
+        )[:, :queries]
+        signs = 1.0 - 2.0 * bits
+        counts += (np.abs(signs @ matrix) >= limit).sum(axis=0)
         done += rows
-    return ((counts + 1) / (permutations + 1)).tolist()
+    return counts.tolist()
 
 
 def compare_with_baseline(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,14 +17,16 @@ from scorer.stats import holm
 
 
 def reference_randomization(differences: list[float], permutations: int, seed: int) -> float:
-    """Sign-flip test written plainly: one loop per permutation, Python sums, the
-    draws of numpy's default_rng(seed) taken all at once, row i for permutation i."""
-    draws = np.random.default_rng(seed).random((permutations, len(differences)))
+    """Sign-flip test written plainly: one loop per permutation, a Python sum of
+    each signed difference, the flips of query j the bits j of random.Random(seed)'s
+    getrandbits(n), as the module docstring states."""
+    rng = random.Random(seed)
     observed = abs(sum(differences))
     slack = 1e-9 * sum(abs(d) for d in differences)
     extreme = 0
-    for row in draws.tolist():
-        total = sum(-d if u < 0.5 else d for d, u in zip(differences, row, strict=True))
+    for _ in range(permutations):
+        mask = rng.getrandbits(len(differences))
+        total = sum(-d if mask >> j & 1 else d for j, d in enumerate(differences))
         extreme += abs(total) >= observed - slack
     return (extreme + 1) / (permutations + 1)
 
@@ -74,13 +75,20 @@ def test_randomization_p_equals_an_independent_implementation(seed: int) -> None
     assert got[3] == 1 / 3_001  # never 0: the observed assignment counts
 
 
-def test_randomization_is_the_same_whatever_the_block_size(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("queries", [1, 7, 8, 9, 25, 64, 130])
+def test_python_and_numpy_paths_agree_whatever_the_block_size(
+    monkeypatch: pytest.MonkeyPatch, queries: int
 ) -> None:
-    rows = [[random.Random(n).gauss(0, 1)] for n in range(25)]
-    whole = randomization_tests(rows, 1_000, 5)
+    rng = random.Random(queries)
+    rows = [[rng.gauss(0.02, 0.2), rng.choice([0.0, 0.5, -0.5])] for _ in range(queries)]
+    monkeypatch.setattr("scorer.significance._PYTHON_WORK", 10**12)
+    in_python = randomization_tests(rows, 1_000, 5)
+    monkeypatch.setattr("scorer.significance._PYTHON_WORK", 0)
+    with_numpy = randomization_tests(rows, 1_000, 5)
     monkeypatch.setattr("scorer.significance._PERMUTATIONS_PER_BLOCK", 7)
-    assert randomization_tests(rows, 1_000, 5) == whole
+    assert randomization_tests(rows, 1_000, 5) == with_numpy == in_python
+    columns = [[row[i] for row in rows] for i in range(2)]
+    assert in_python == [reference_randomization(column, 1_000, 5) for column in columns]
 
 
 def test_compare_with_baseline_pairs_queries_and_corrects_with_holm() -> None:
