@@ -185,4 +185,3 @@ class RunRollup:
                 for facet, by_value in state.get("facets", {}).items()
             },
         )
-
