@@ -31,6 +31,7 @@ from scorer.evaluation import (
 )
 from scorer.io import InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
+from scorer.io.runs import COLUMNAR_MIN_BYTES
 from scorer.metrics import METRIC_NAMES
 from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
@@ -147,7 +148,9 @@ def eval_command(
     if runs.count(STDIN) > 1:
         raise click.UsageError("standard input (-) can be read only once")
     try:
-        golden = read_golden(qrels)
+        # A run big enough for pyarrow pays its import for the qrels too.
+        columnar = any(run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs)
+        golden = read_golden(qrels, columnar=columnar)
         sources: list[tuple[str, list[Evaluation]]] = []
         for run in runs:
             name = STDIN_NAME if run == STDIN else run

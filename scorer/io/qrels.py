@@ -35,21 +35,25 @@ Golden = dict[str, JudgedQuery]
 """Judged queries by query id."""
 
 
-def read_golden(path: Path) -> Golden:
+def read_golden(path: Path, *, columnar: bool = False) -> Golden:
     """The judged queries of a TREC qrels file or a JSONL golden set (detected).
+
+    ``columnar`` reads TREC qrels with pyarrow whatever their size (worth it when
+    a large run will import pyarrow anyway); otherwise only from
+    :data:`COLUMNAR_MIN_BYTES`.
 
     Raises :class:`InputError` (``file:line: what is wrong``) for an unreadable,
     empty or malformed file, or one that holds rankings rather than qrels.
     """
     kind = detect_kind(path)
     if kind is FileKind.TREC_QRELS:
-        return read_trec_qrels(path)
+        return read_trec_qrels(path, columnar=columnar)
     if kind is FileKind.GOLDEN_JSONL:
         return read_golden_jsonl(path)
     raise InputError(path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)")
 
 
-def read_trec_qrels(path: Path) -> Golden:
+def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
     """Judgments from TREC qrels lines ``qid iter docid grade``; ``iter`` is ignored.
 
     Blank lines are skipped. A docid judged twice for the same query is an error:
@@ -58,7 +62,8 @@ def read_trec_qrels(path: Path) -> Golden:
     Read by :mod:`scorer.io.columnar` when it can; any file it cannot read
     cleanly is read again line by line, which says what is wrong and where.
     """
-    golden = _columnar_trec_qrels(path) if _size(path) >= COLUMNAR_MIN_BYTES else None
+    fast = columnar or _size(path) >= COLUMNAR_MIN_BYTES
+    golden = _columnar_trec_qrels(path) if fast else None
     return golden if golden is not None else _line_trec_qrels(path)
 
 
