@@ -179,9 +179,7 @@ def test_a_last_line_without_newline_is_read_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("score", ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e999"])
-def test_a_score_that_is_not_finite_is_rejected_by_both_readers(
-    tmp_path: Path, score: str
-) -> None:
+def test_a_score_that_is_not_finite_is_rejected_by_both_readers(tmp_path: Path, score: str) -> None:
     text = f"q1 Q0 a 1 1 r\nq1 Q0 b 2 {score} r\nq1 Q0 c 3 2 r\n"
     assert columnar.run_blocks(text.encode()) is None  # the fast path hands it over
     path = write(tmp_path, "run.txt", text)
@@ -375,3 +373,25 @@ def test_long_runs_of_a_query_apart_in_one_chunk_are_merged(tmp_path: Path) -> N
     assert [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(tmp_path / "run.txt")] == (
         oracle(text)
     )
+
+
+def test_the_fast_path_does_not_import_pandas(tmp_path: Path) -> None:
+    import subprocess
+
+    # pyarrow imports pandas (~0.5 s) from to_numpy, pa.array and pa.scalar; the
+    # columnar reader goes around them. Both orders of lines, and qrels.
+    grouped = "".join(f"q{n // 3} Q0 d{n} {n} {9 - n % 3} r\n" for n in range(30))
+    scattered = "".join(sorted(grouped.splitlines(keepends=True), key=lambda line: line[-8:]))
+    run = write(tmp_path, "run.txt", grouped + scattered.replace(" r\n", " s\n"))
+    qrels = write(tmp_path, "qrels.txt", "q1 0 d4 1\nq2 0 d7 2\n")
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from scorer.io import columnar, iter_retrievals, read_golden\n"
+        f"assert columnar.run_blocks(Path({str(run)!r}).read_bytes()) is not None\n"
+        f"assert columnar.qrels_runs(Path({str(qrels)!r}).read_bytes()) is not None\n"
+        f"read_golden(Path({str(qrels)!r}), columnar=True)\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
