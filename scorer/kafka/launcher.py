@@ -121,16 +121,9 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     scratch = lib.parent / f"lib.partial-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     command = [
-        mvn,
-        "-q",
-        "-B",
-        "-Dstyle.color=never",
-        "-f",
-        str(pom),
+        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
         f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-Dkafka.version={version}",
-        f"-DoutputDirectory={scratch}",
+        "-DincludeScope=runtime", f"-Dkafka.version={version}", f"-DoutputDirectory={scratch}",
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -228,15 +221,8 @@ def start_broker(
     classpath = f"{lib}/*"
     credentials = None
     format_command = [
-        java,
-        "-cp",
-        classpath,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        _cluster_id(),
-        "-c",
-        str(properties),
+        java, "-cp", classpath, "kafka.tools.StorageTool", "format",
+        "-t", _cluster_id(), "-c", str(properties),
     ]
     if sasl:
         credentials = SaslListener(
@@ -291,13 +277,8 @@ def _launch(
     with log_file.open("ab" if append_log else "wb") as log:
         process = subprocess.Popen(
             [
-                java,
-                *JVM_OPTIONS,
-                f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
-                f"-Dkafka.logs.dir={home}",
-                "-cp",
-                f"{lib}/*",
-                "kafka.Kafka",
+                java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={home}", "-cp", f"{lib}/*", "kafka.Kafka",
                 str(home / "server.properties"),
             ],
             cwd=home,

@@ -49,8 +49,8 @@ class CachedPrometheusMonitor(PrometheusMonitor):
         child = self._labelled.get(("stream", id(stream)))
         if child is None:
             label = f"stream.{self._stream_label(stream)}.events"
-            child = self._labelled[("stream", id(stream))] = metrics.total_events_per_stream.labels(
-                stream=label
+            child = self._labelled[("stream", id(stream))] = (
+                metrics.total_events_per_stream.labels(stream=label)
             )
         child.inc()
         return state

@@ -17,7 +17,9 @@ SCORER = Path(sys.executable).with_name("scorer")
 
 
 def _scorer(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("KAFKA_")}
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith("KAFKA_")
+    }
     environment.update(SCORER_STATE_DIR=str(state_dir), **env)
     return subprocess.run(
         [SCORER, "kafka", *args], env=environment, capture_output=True, text=True, timeout=180
@@ -81,7 +83,9 @@ def test_up_without_maven_and_no_cached_jars_fails_in_one_line(tmp_path: Path) -
     java_only.mkdir()
     (java_only / "java").symlink_to(Path("/usr/bin/java").resolve())
 
-    up = _scorer(tmp_path, "up", PATH=str(java_only), XDG_CACHE_HOME=str(tmp_path / "empty-cache"))
+    up = _scorer(
+        tmp_path, "up", PATH=str(java_only), XDG_CACHE_HOME=str(tmp_path / "empty-cache")
+    )
 
     assert up.returncode == 1
     assert up.stderr.startswith("Error: mvn not found on PATH")

@@ -63,7 +63,8 @@ def _on_broker(settings: Settings) -> dict[str, tuple[int, str]]:
             if entry["config_names"] == "cleanup.policy"
         }
         return {
-            topic["topic"]: (len(topic["partitions"]), policies[topic["topic"]]) for topic in topics
+            topic["topic"]: (len(topic["partitions"]), policies[topic["topic"]])
+            for topic in topics
         }
 
     return asyncio.run(describe())
@@ -82,17 +83,13 @@ def test_topics_create_twice_gives_the_same_topics(kafka_bootstrap: str, tmp_pat
     assert second.returncode == 0, second.stderr
     assert first.stdout.count("created ") == 5
     assert second.stdout.count("exists ") == 5
-    assert (
-        after_first
-        == after_second
-        == {
-            settings.results_topic: (3, "delete"),
-            settings.qrels_topic: (3, "compact"),
-            settings.scored_topic: (3, "delete"),
-            settings.deadletter_topic: (3, "delete"),
-            settings.rollup_topic: (3, "delete"),
-        }
-    )
+    assert after_first == after_second == {
+        settings.results_topic: (3, "delete"),
+        settings.qrels_topic: (3, "compact"),
+        settings.scored_topic: (3, "delete"),
+        settings.deadletter_topic: (3, "delete"),
+        settings.rollup_topic: (3, "delete"),
+    }
 
 
 def test_qrels_with_other_partition_count_than_results_is_refused(
