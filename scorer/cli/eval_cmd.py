@@ -291,7 +291,7 @@ def _run_tables(evaluation: Evaluation) -> list[str]:
     for run_id, run in evaluation.runs.items():
         summary = run.summary()
         table = TextTable(
-            f"run {run_id}  (k={evaluation.k}; mean ± 95% CI half-width)",
+            f"run {run_id}  (k={evaluation.k}; mean [95% interval])",
             ["facet", "value", "n", *_HEADINGS],
             [False, False, True, *[True] * len(_HEADINGS)],
         )
@@ -355,7 +355,8 @@ def _cells(aggregate: dict[str, Any]) -> list[str]:
     for name in METRIC_NAMES:
         mean = aggregate["metrics"][name]
         low, high = aggregate["ci95"][name]
-        cells.append(f"{mean:.4f} ±{(high - low) / 2:.4f}")
+        # The interval itself, not a half-width: Wilson's is not symmetric about the mean.
+        cells.append(f"{mean:.4f} [{low:.3f}, {high:.3f}]")
     return cells
 
 
