@@ -63,7 +63,7 @@ def paired(
         for index, difference in enumerate(row):
             wins[index] += difference > 0
             losses[index] += difference < 0
-    means, intervals = differences.means(), differences.ci95()
+    means, intervals = differences.means(), differences.t_interval95()
     return {
         "queries": len(shared),
         "metrics": {

@@ -1,6 +1,15 @@
 """Aggregation of metric values: counts, sums, sums of squares, means and 95%
 confidence intervals, overall and per facet value.
 
+Every metric lies in [0, 1], and so does every interval: Wilson's score
+interval (Wilson 1927), which for hit@k (0 or 1) is exactly that, and for the
+other metrics is taken with the effective sample size
+``n_eff = m (1 - m) / (s^2 / n)`` (mean ``m``, variance ``s^2`` of the values
+with divisor ``n``), the design-effect form of Korn & Graubard (1998). For 0/1
+values ``n_eff = n``; for values spread less than 0/1 values of the same mean
+(always, in [0, 1]), ``n_eff >= n`` and the interval narrows accordingly. It
+needs only the count, sum and sum of squares this module keeps.
+
 One definition serves both paths: ``scorer eval`` folds a run file into a
 :class:`RunRollup`, and the streaming worker keeps one per run id in a
 changelog-backed table (:meth:`RunRollup.to_state` / :meth:`from_state`).
@@ -13,22 +22,38 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from scorer.metrics import METRIC_NAMES
+from scorer.stats import t_quantile_975, wilson_interval
+
+__all__ = ["MetricAggregate", "RunRollup", "bounded_interval", "t_quantile_975"]
 
 
-@lru_cache(maxsize=4096)
-def t_quantile_975(df: float) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (may be
-    fractional, as Welch's df is): the half-width factor of a 95% interval."""
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {df}")
-    # Imported on first use: importing scipy.stats takes about half a second.
-    from scipy.stats import t as student_t
+def bounded_interval(count: int, total: float, total_of_squares: float) -> list[float]:
+    """The 95% interval of the mean of ``count`` values in [0, 1] from their sum and
+    sum of squares: Wilson's, with the effective sample size (module docstring).
 
-    return float(student_t.ppf(0.975, df))
+    Inside [0, 1] whatever the values. With fewer than two values, the mean itself.
+    All values equal to 0 (or all 1) give Wilson's interval of 0 (or n) successes
+    in n; all equal to some m strictly inside (0, 1) give ``[m, m]`` (no spread).
+    """
+    if count == 0:
+        return [0.0, 0.0]
+    mean = total / count
+    if count < 2:
+        return [mean, mean]
+    mean = min(1.0, max(0.0, mean))  # rounding of the sum must not leave [0, 1]
+    spread = mean * (1.0 - mean)
+    variance = max(0.0, total_of_squares / count - mean * mean)
+    if spread == 0.0:
+        effective = float(count)
+    elif variance == 0.0:
+        return [mean, mean]
+    else:
+        effective = spread * count / variance
+    low, high = wilson_interval(mean, effective)
+    return [low, high]
 
 
 @dataclass(slots=True)
@@ -61,11 +86,17 @@ class MetricAggregate:
         }
 
     def ci95(self) -> dict[str, list[float]]:
-        """95% confidence interval ``[low, high]`` of each mean (Student's t).
+        """95% confidence interval ``[low, high]`` of each mean, inside [0, 1]
+        (:func:`bounded_interval`); the mean itself with fewer than two results."""
+        return {
+            name: bounded_interval(self.count, s, sq)
+            for name, s, sq in zip(METRIC_NAMES, self.sums, self.sumsqs, strict=True)
+        }
 
-        With fewer than two results the interval is the mean itself: there is no
-        spread to estimate.
-        """
+    def t_interval95(self) -> dict[str, list[float]]:
+        """95% Student's t interval ``[low, high]`` of each mean, for values that are
+        not bounded to [0, 1] (paired differences); the mean itself with fewer than
+        two results (no spread to estimate)."""
         n = self.count
         out: dict[str, list[float]] = {}
         for index, (name, s) in enumerate(zip(METRIC_NAMES, self.sums, strict=True)):

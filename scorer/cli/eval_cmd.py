@@ -1,55 +1,102 @@
-"""``scorer eval QRELS RUN``: score a run file offline, with the numbers of trec_eval.
+"""``scorer eval QRELS RUN [RUN ...]``: score run files offline, with the numbers of
+trec_eval, and compare several runs with paired significance tests.
 
 Exit codes: 0 scored; 2 a bad input (the message on stderr is one line,
 ``file:line: what is wrong``).
+
+Start-up matters here (issue 14: a tuning loop runs this hundreds of times):
+only click and orjson are imported up front; rich when a progress bar is
+drawn, pyarrow when a file is large enough for the columnar reader, pydantic
+for JSONL, numpy for a large comparison's randomization test. scipy never.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 import orjson
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-from rich.table import Table
 
-from schemas.events import MAX_K
-from scorer.evaluate import Evaluation, evaluate_run_file
+from scorer.evaluation import (
+    Evaluation,
+    as_document,
+    combine,
+    evaluate_run_file_cutoffs,
+)
 from scorer.io import InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
+from scorer.io.runs import COLUMNAR_MIN_BYTES
 from scorer.metrics import METRIC_NAMES
-from scorer.settings import Settings
+from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
-DEFAULT_K: int = Settings.model_fields["default_retrieval_k"].default
-"""The streaming scorer's default cutoff, so both paths agree without configuration."""
+DEFAULT_K = 10
+"""The streaming scorer's default cutoff (``Settings.default_retrieval_k``; a unit
+test keeps them equal), written here so that start-up does not import settings."""
+
+MAX_K = 1000
+"""``schemas.events.MAX_K`` (a unit test keeps them equal), written here so that
+start-up does not import pydantic."""
 
 PROGRESS_MIN_BYTES = 16 << 20
 """Run files smaller than this are scored before a progress bar would be seen."""
 
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+"""How a run read from standard input is named in messages."""
+
+
+class Cutoffs(click.ParamType):
+    """``10`` or ``10,100,1000``: distinct cutoffs in 1..MAX_K, in the order given."""
+
+    name = "k[,k...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list):
+            return value
+        cutoffs: list[int] = []
+        for part in str(value).split(","):
+            try:
+                k = int(part)
+            except ValueError:
+                self.fail(f"{part!r} is not an integer (give e.g. 10 or 10,100,1000)", param, ctx)
+            if not 1 <= k <= MAX_K:
+                self.fail(f"{k} is not in 1..{MAX_K}", param, ctx)
+            if k in cutoffs:
+                self.fail(f"{k} is given twice", param, ctx)
+            cutoffs.append(k)
+        return cutoffs
+
 
 @click.command("eval")
 @click.argument("qrels", type=click.Path(path_type=Path))
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, required=True, metavar="RUN [RUN ...]")
 @click.option(
     "--k",
-    "k",
-    type=click.IntRange(1, MAX_K),
-    default=DEFAULT_K,
+    "ks",
+    type=Cutoffs(),
+    default=str(DEFAULT_K),
     show_default=True,
-    help="Cutoff of recall, precision and hit (a JSONL result's own k wins). nDCG is @10.",
+    help="Cutoff(s) of recall, precision and hit, e.g. 10,100,1000 (a JSONL result's "
+    "own k wins). nDCG is @10, MRR uncut.",
 )
 @click.option(
+    "-c",
     "--complete",
     is_flag=True,
     help="Score judged queries missing from a run as zeros (trec_eval -c).",
 )
-@click.option("--per-query", is_flag=True, help="Also print the metrics of every ranking.")
+@click.option(
+    "-q",
+    "--per-query",
+    is_flag=True,
+    help="Also print the metrics of every ranking (trec_eval -q).",
+)
 @click.option(
     "--format",
     "output_format",
@@ -57,39 +104,122 @@ PROGRESS_MIN_BYTES = 16 << 20
     default="table",
     show_default=True,
 )
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=DEFAULT_ALPHA,
+    show_default=True,
+    help="Significance level of the comparisons with the first run (Holm-corrected p < alpha).",
+)
+@click.option(
+    "--permutations",
+    type=click.IntRange(1, 10_000_000),
+    default=DEFAULT_PERMUTATIONS,
+    show_default=True,
+    help="Permutations of the paired randomization test.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of the randomization test's sign flips.",
+)
 def eval_command(
-    qrels: Path, run: Path, k: int, complete: bool, per_query: bool, output_format: str
+    qrels: Path,
+    runs: tuple[str, ...],
+    ks: list[int],
+    complete: bool,
+    per_query: bool,
+    output_format: str,
+    alpha: float,
+    permutations: int,
+    seed: int,
 ) -> None:
-    """Score RUN (a TREC run or JSONL results) against QRELS (TREC qrels or a JSONL
-    golden set): recall@k, precision@k, hit@k, MRR and nDCG@10 per run and per facet.
+    """Score each RUN (a TREC run or JSONL results; - reads standard input) against
+    QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
+    nDCG@10 per run and per facet.
 
     Means are over the queries with both qrels and a ranking, as trec_eval's;
-    what was skipped is reported.
+    what was skipped is reported. With several runs (several files, or several
+    tags in a TREC file) every run is compared with the first, query by query:
+    paired t-test and paired randomization test, Holm-corrected.
     """
+    if runs.count(STDIN) > 1:
+        raise click.UsageError("standard input (-) can be read only once")
     try:
-        golden = read_golden(qrels)
-        with _progress_bar(run) as progress:
-            evaluation = evaluate_run_file(
-                golden, run, k=k, complete=complete, per_query=per_query, progress=progress
-            )
+        # A run big enough for pyarrow pays its import for the qrels too.
+        columnar = any(run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs)
+        golden = read_golden(qrels, columnar=columnar)
+        sources: list[tuple[str, list[Evaluation]]] = []
+        for run in runs:
+            name = STDIN_NAME if run == STDIN else run
+            with _run_file(run) as path, _progress_bar(path) as progress:
+                evaluations = evaluate_run_file_cutoffs(
+                    golden, path, ks=ks, complete=complete, per_query=per_query, progress=progress
+                )
+            sources.append((name, evaluations))
     except InputError as error:
         click.echo(str(error), err=True)
         sys.exit(2)
+    evaluations = combine(sources)
+    _warn_about_runs_sharing_no_query(qrels, sources)
+    for evaluation in evaluations:
+        evaluation.compare_runs(alpha=alpha, permutations=permutations, seed=seed)
     if output_format == "json":
-        click.echo(orjson.dumps(evaluation.as_json(), option=orjson.OPT_INDENT_2).decode())
+        document = as_document(evaluations)
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
-        _print_tables(evaluation)
+        _print_tables(evaluations)
+
+
+@contextmanager
+def _run_file(run: str) -> Iterator[Path]:
+    """The path of ``run``; standard input is first spooled to a temporary file
+    (the readers detect a format from the first line, then read the file again),
+    and its messages name it ``<stdin>``."""
+    if run != STDIN:
+        yield Path(run)
+        return
+    with ExitStack() as stack:
+        spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="scorer-stdin-"))
+        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+        spool.flush()
+        try:
+            yield Path(spool.name)
+        except InputError as error:
+            raise InputError(STDIN_NAME, error.reason, error.line) from None
+
+
+def _warn_about_runs_sharing_no_query(
+    qrels: Path, sources: Sequence[tuple[str, Sequence[Evaluation]]]
+) -> None:
+    """One line on stderr per run that shares no query id with the qrels: its
+    means are over nothing (or only zeros with -c), which is almost always two
+    files that do not belong together."""
+    for name, evaluations in sources:
+        for run_id, run in evaluations[0].runs.items():
+            if run.judged_queries:
+                continue
+            click.echo(
+                f"warning: run {run_id} ({name}) shares no query id with {qrels}: "
+                f"none of its {run.results_without_qrels} rankings was scored; "
+                "check that the qrels and the run belong together (same topics, same ids)",
+                err=True,
+            )
 
 
 @contextmanager
 def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
     """A progress callback drawing a bar on stderr, or None when it would not be seen
     (stderr is not a terminal, or the file is small)."""
-    size = file_size(path)
-    console = Console(stderr=True)
-    if size < PROGRESS_MIN_BYTES or not console.is_terminal:
+    if file_size(path) < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    console = Console(stderr=True)
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
@@ -97,47 +227,127 @@ def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"scoring {path.name}", total=size)
+        task = bar.add_task(f"scoring {path.name}", total=file_size(path))
         yield lambda done: bar.update(task, completed=done)
 
 
 _HEADINGS = ("recall@k", "P@k", "nDCG@10", "MRR", "hit@k")
+_T_MARK = "*"
+_RANDOMIZATION_MARK = "†"
 
 
-def _print_tables(evaluation: Evaluation) -> None:
-    console = Console(width=None if sys.stdout.isatty() else 120)
-    for run_id, run in sorted(evaluation.runs.items()):
+class TextTable:
+    """A plain aligned text table: a title, a header, rows, and rules between sections.
+
+    Written here rather than drawn with rich: importing rich costs more start-up
+    time (~30-60 ms) than a tuning loop should pay for a few lines of text.
+    """
+
+    def __init__(self, title: str, headings: Sequence[str], right: Sequence[bool]) -> None:
+        self.title = title
+        self.headings = list(headings)
+        self.right = list(right)
+        self.rows: list[list[str] | None] = []  # None: a rule
+
+    def add_row(self, *cells: str, end_section: bool = False) -> None:
+        self.rows.append(list(cells))
+        if end_section:
+            self.rows.append(None)
+
+    def render(self) -> str:
+        widths = [len(heading) for heading in self.headings]
+        for row in self.rows:
+            for index, cell in enumerate(row or ()):
+                widths[index] = max(widths[index], len(cell))
+        rule = "  ".join("-" * width for width in widths)
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(
+                cell.rjust(width) if right else cell.ljust(width)
+                for cell, width, right in zip(cells, widths, self.right, strict=True)
+            ).rstrip()
+
+        lines = [self.title, line(self.headings), rule]
+        lines += [rule if row is None else line(row) for row in self.rows]
+        if lines[-1] == rule:
+            lines.pop()
+        return "\n".join(lines)
+
+
+def _print_tables(evaluations: Sequence[Evaluation]) -> None:
+    blocks: list[str] = []
+    for evaluation in evaluations:
+        blocks += _run_tables(evaluation)
+        if evaluation.comparisons is not None:
+            blocks.append(_comparison_table(evaluation))
+    for evaluation in evaluations:
+        if evaluation.results is not None:
+            blocks.append(_per_query_table(evaluation))
+    click.echo("\n\n".join(blocks))
+
+
+def _run_tables(evaluation: Evaluation) -> list[str]:
+    blocks = []
+    for run_id, run in evaluation.runs.items():
         summary = run.summary()
-        table = Table(
-            title=f"run {escape(run_id)}  (k={evaluation.k}; mean ± 95% CI half-width)",
-            title_justify="left",
+        table = TextTable(
+            f"run {run_id}  (k={evaluation.k}; mean [95% interval])",
+            ["facet", "value", "n", *_HEADINGS],
+            [False, False, True, *[True] * len(_HEADINGS)],
         )
-        table.add_column("facet")
-        table.add_column("value")
-        table.add_column("n", justify="right")
-        for heading in _HEADINGS:
-            table.add_column(heading, justify="right")
         table.add_row("all", "", *_cells(summary), end_section=True)
         for facet, by_value in summary["facets"].items():
             for value, aggregate in by_value.items():
-                table.add_row(escape(facet), escape(value), *_cells(aggregate))
-        console.print(table)
-        console.print(_skipped_line(summary))
-        console.print()
-    if evaluation.results is not None:
-        rows = Table(title="per query", title_justify="left")
-        for heading in ("run", "query", "result"):
-            rows.add_column(heading)
-        for heading in _HEADINGS:
-            rows.add_column(heading, justify="right")
-        for row in evaluation.results:
-            rows.add_row(
-                escape(row.run_id),
-                escape(row.query_id),
-                escape(row.result_id or ""),
-                *(f"{value:.4f}" for value in row.values),
+                table.add_row(facet, value, *_cells(aggregate))
+        blocks.append(table.render() + "\n" + _skipped_line(summary))
+    return blocks
+
+
+def _comparison_table(evaluation: Evaluation) -> str:
+    comparisons = evaluation.comparisons
+    assert comparisons is not None
+    table = TextTable(
+        f"runs against {comparisons['baseline']}  (k={evaluation.k}; "
+        "mean over paired queries, difference)",
+        ["run", "queries", *_HEADINGS],
+        [False, True, *[True] * len(_HEADINGS)],
+    )
+    for comparison in comparisons["runs"]:
+        cells = [comparison["runB"], str(comparison["queries"])]
+        for name in METRIC_NAMES:
+            entry = comparison["metrics"][name]
+            if entry["b"] is None:
+                cells.append("-")
+                continue
+            marks = (_T_MARK if entry["tTest"]["significant"] else " ") + (
+                _RANDOMIZATION_MARK if entry["randomization"]["significant"] else " "
             )
-        console.print(rows)
+            cells.append(f"{entry['b']:.4f} ({entry['delta']:+.4f}){marks}")
+        table.add_row(*cells)
+    legend = (
+        f"{_T_MARK} paired t-test, {_RANDOMIZATION_MARK} paired randomization test "
+        f"({comparisons['permutations']:,} permutations, seed {comparisons['seed']}): "
+        f"Holm-corrected p < {comparisons['alpha']:g} over the {len(comparisons['runs'])} "
+        "comparison(s) with the baseline"
+    )
+    return table.render() + "\n" + legend
+
+
+def _per_query_table(evaluation: Evaluation) -> str:
+    assert evaluation.results is not None
+    table = TextTable(
+        f"per query (k={evaluation.k})",
+        ["run", "query", "result", *_HEADINGS],
+        [False, False, False, *[True] * len(_HEADINGS)],
+    )
+    for row in evaluation.results:
+        table.add_row(
+            row.run_id,
+            row.query_id,
+            row.result_id or "",
+            *(f"{value:.4f}" for value in row.values),
+        )
+    return table.render()
 
 
 def _cells(aggregate: dict[str, Any]) -> list[str]:
@@ -145,7 +355,8 @@ def _cells(aggregate: dict[str, Any]) -> list[str]:
     for name in METRIC_NAMES:
         mean = aggregate["metrics"][name]
         low, high = aggregate["ci95"][name]
-        cells.append(f"{mean:.4f} ±{(high - low) / 2:.4f}")
+        # The interval itself, not a half-width: Wilson's is not symmetric about the mean.
+        cells.append(f"{mean:.4f} [{low:.3f}, {high:.3f}]")
     return cells
 
 

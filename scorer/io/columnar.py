@@ -7,7 +7,7 @@ on every core, and a run's rankings are ordered with a vectorised sort.
 The fast path never decides what a malformed file means: whatever it cannot
 read exactly as ``str.split`` would (a wrong column count, a score or grade
 that does not convert, a tab, two spaces in a row, a blank line of spaces,
-Unicode whitespace, bytes that are not UTF-8, a NaN score...) makes it return
+Unicode whitespace, bytes that are not UTF-8, a score that is not finite...) makes it return
 ``None``, and the caller reads that input line by line, which either accepts it
 too or says ``file:line: what is wrong``.
 """
@@ -183,10 +183,41 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
     return table, lines
 
 
+def _values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of a numeric or boolean array without nulls, read from its buffer.
+
+    Not ``to_numpy()``: on this pyarrow that imports pandas (~0.5 s of start-up,
+    measured) to look for pandas types.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    buffer = array.buffers()[1]
+    if pa.types.is_boolean(array.type):
+        bits = np.unpackbits(np.frombuffer(buffer, np.uint8), bitorder="little")
+        return bits[array.offset : array.offset + len(array)].astype(bool)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    return np.frombuffer(buffer, dtype, len(array), array.offset * dtype.itemsize)
+
+
+_ARROW_TYPES = {
+    np.dtype(np.int32): pa.int32(),
+    np.dtype(np.int64): pa.int64(),
+    np.dtype(np.float64): pa.float64(),
+}
+
+
+def _arrow(values: np.ndarray) -> pa.Array:
+    """A numpy array (int32, int64 or float64) as an arrow array over the same
+    memory, without the pandas import ``pa.array`` makes (see :func:`_values`)."""
+    values = np.ascontiguousarray(values)
+    kind = _ARROW_TYPES[values.dtype]
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
 def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     """The rankings of a chunk of TREC run lines, each in trec_eval's order, and
     the number of lines; None when :func:`read_chunk` cannot read it or a score
-    is NaN (whose order only Python's sort defines).
+    is not finite (NaN or infinite: the line reader names the line).
 
     One block per (tag, qid) of the chunk, in order of first appearance, lines
     of a query merged wherever they are in the chunk.
@@ -209,8 +240,8 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     rows = table.num_rows
     if not rows:
         return [], lines
-    scores = table["score"].to_numpy()
-    if np.isnan(scores).any():
+    scores = _values(table["score"])
+    if not np.isfinite(scores).all():
         return None
     scores = scores + 0.0  # -0.0 becomes 0.0: equal, as Python's comparisons see them
     qid = table["qid"].combine_chunks()
@@ -221,12 +252,16 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
     change = np.ones(rows, dtype=bool)
     if rows > 1:
         differs = pc.or_(pc.not_equal(qid[1:], qid[:-1]), pc.not_equal(tag[1:], tag[:-1]))
-        change[1:] = differs.to_numpy(zero_copy_only=False)
+        change[1:] = _values(differs)
     starts = np.flatnonzero(change)
     if len(starts) * _SHORTEST_RUNS <= rows:
         # Few runs: their keys in Python tell whether each (tag, qid) has one run.
         run_keys = list(
-            zip(tag.take(starts).to_pylist(), qid.take(starts).to_pylist(), strict=True)
+            zip(
+                tag.take(_arrow(starts)).to_pylist(),
+                qid.take(_arrow(starts)).to_pylist(),
+                strict=True,
+            )
         )
         group_of: dict[tuple[str, str], int] = {}
         run_group = np.fromiter(
@@ -242,19 +277,32 @@ def run_blocks(raw: memoryview) -> tuple[list[RunBlock], int] | None:
         keys, group = _groups(tag, qid)
     if group is not None:
         order = pc.sort_indices(
-            pa.table({"group": group, "score": scores, "docid": docid}),
+            pa.Table.from_arrays(
+                [_arrow(group), _arrow(scores), docid], names=["group", "score", "docid"]
+            ),
             sort_keys=[("group", "ascending"), ("score", "descending"), ("docid", "descending")],
         )
         docid = docid.take(order)
-        order_np = order.to_numpy()
+        order_np = _values(order)
         scores = scores[order_np]
         starts = np.flatnonzero(np.diff(group[order_np], prepend=-1))
     bounds = np.append(starts, rows)
     # One string per query, to be split when its ranking is scored: far fewer
     # objects cross over than with docid.to_pylist(), and the strings are no
     # work for the garbage collector. A docid holds no '\n'.
-    lists = pa.ListArray.from_arrays(pa.array(bounds, pa.int32()), docid)
-    joined = pc.binary_join(lists, "\n").to_pylist()
+    lists = pa.ListArray.from_arrays(_arrow(bounds.astype(np.int32)), docid)
+    # The separator as an array: a Python string would become a pa.scalar, which
+    # imports pandas (see _values).
+    newlines = pa.Array.from_buffers(
+        pa.string(),
+        len(lists),
+        [
+            None,
+            pa.py_buffer(np.arange(len(lists) + 1, dtype=np.int32)),
+            pa.py_buffer(b"\n" * len(lists)),
+        ],
+    )
+    joined = pc.binary_join(lists, newlines).to_pylist()
     edges = bounds.tolist()
     blocks: list[RunBlock] = [
         (run_id, query_id, docs, scores[begin:end], True)
@@ -270,14 +318,16 @@ def _groups(tag: pa.Array, qid: pa.Array) -> tuple[list[tuple[str, str]], np.nda
     among them, all vectorised (for lines of a query that are not together)."""
     tags = pc.dictionary_encode(tag)
     qids = pc.dictionary_encode(qid)
-    key = tags.indices.to_numpy().astype(np.int64) * len(qids.dictionary)
-    key += qids.indices.to_numpy()
+    key = _values(tags.indices).astype(np.int64) * len(qids.dictionary)
+    key += _values(qids.indices)
     _, first_row, row_key = np.unique(key, return_index=True, return_inverse=True)
     by_appearance = np.argsort(first_row, kind="stable")
     rank = np.empty_like(by_appearance)
     rank[by_appearance] = np.arange(len(by_appearance))
     firsts = first_row[by_appearance]
-    keys = list(zip(tag.take(firsts).to_pylist(), qid.take(firsts).to_pylist(), strict=True))
+    keys = list(
+        zip(tag.take(_arrow(firsts)).to_pylist(), qid.take(_arrow(firsts)).to_pylist(), strict=True)
+    )
     return keys, rank[row_key.reshape(-1)]
 
 
@@ -303,9 +353,9 @@ def qrels_runs(raw: memoryview) -> tuple[list[QrelsRun], int] | None:
     qid = table["qid"].combine_chunks()
     change = np.ones(rows, dtype=bool)
     if rows > 1:
-        change[1:] = pc.not_equal(qid[1:], qid[:-1]).to_numpy(zero_copy_only=False)
+        change[1:] = _values(pc.not_equal(qid[1:], qid[:-1]))
     starts = np.flatnonzero(change)
-    query_ids = qid.take(starts).to_pylist()
+    query_ids = qid.take(_arrow(starts)).to_pylist()
     docs = table["docid"].to_pylist()
     edges = [*starts.tolist(), rows]
     return [

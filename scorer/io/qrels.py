@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from schemas import GoldenQuery
-from scorer.io import columnar
 from scorer.io.detect import FileKind, detect_kind, open_binary, open_text
 from scorer.io.errors import InputError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+COLUMNAR_MIN_BYTES = 16 << 20
+"""Qrels files smaller than this (16 MiB) are read line by line, without pyarrow
+(as TREC runs, :data:`scorer.io.runs.COLUMNAR_MIN_BYTES`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,21 +35,25 @@ Golden = dict[str, JudgedQuery]
 """Judged queries by query id."""
 
 
-def read_golden(path: Path) -> Golden:
+def read_golden(path: Path, *, columnar: bool = False) -> Golden:
     """The judged queries of a TREC qrels file or a JSONL golden set (detected).
+
+    ``columnar`` reads TREC qrels with pyarrow whatever their size (worth it when
+    a large run will import pyarrow anyway); otherwise only from
+    :data:`COLUMNAR_MIN_BYTES`.
 
     Raises :class:`InputError` (``file:line: what is wrong``) for an unreadable,
     empty or malformed file, or one that holds rankings rather than qrels.
     """
     kind = detect_kind(path)
     if kind is FileKind.TREC_QRELS:
-        return read_trec_qrels(path)
+        return read_trec_qrels(path, columnar=columnar)
     if kind is FileKind.GOLDEN_JSONL:
         return read_golden_jsonl(path)
     raise InputError(path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)")
 
 
-def read_trec_qrels(path: Path) -> Golden:
+def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
     """Judgments from TREC qrels lines ``qid iter docid grade``; ``iter`` is ignored.
 
     Blank lines are skipped. A docid judged twice for the same query is an error:
@@ -54,13 +62,23 @@ def read_trec_qrels(path: Path) -> Golden:
     Read by :mod:`scorer.io.columnar` when it can; any file it cannot read
     cleanly is read again line by line, which says what is wrong and where.
     """
-    golden = _columnar_trec_qrels(path)
+    fast = columnar or _size(path) >= COLUMNAR_MIN_BYTES
+    golden = _columnar_trec_qrels(path) if fast else None
     return golden if golden is not None else _line_trec_qrels(path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # the reader says why
 
 
 def _columnar_trec_qrels(path: Path) -> Golden | None:
     """The judgments of ``path`` read in chunks by pyarrow, or None for any file
     that is not clean (then :func:`_line_trec_qrels` accepts it or says why not)."""
+    from scorer.io import columnar
+
     golden: Golden = {}
     with open_binary(path) as file, columnar.gc_paused():
         for raw in columnar.line_chunks(file):
@@ -119,6 +137,10 @@ def read_golden_jsonl(path: Path) -> Golden:
 
     Blank lines are skipped; a query id that appears on two lines is an error.
     """
+    from pydantic import ValidationError
+
+    from schemas import GoldenQuery
+
     golden: Golden = {}
     first_line: dict[str, int] = {}
     with open_text(path) as lines:

@@ -1,4 +1,5 @@
-"""``scorer eval`` end to end through click: both formats, --complete, --per-query, errors."""
+"""``scorer eval`` end to end through click: both formats, --complete, --per-query,
+several cutoffs and runs, standard input, warnings, errors, start-up imports."""
 
 from __future__ import annotations
 
@@ -149,3 +150,162 @@ def test_bad_line_through_a_real_process(tmp_path: Path) -> None:
     assert (
         completed.stderr == "run.txt:17: expected 6 columns (qid Q0 docid rank score tag), got 5\n"
     )
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_several_cutoffs_each_equal_trec_eval(tmp_path: Path) -> None:
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    code, out, _ = run_eval(qrels, run, "--format", "json", "--k", "5,10,100")
+    assert code == 0
+    document = orjson.loads(out)
+    assert document["k"] == [5, 10, 100]
+    assert list(document["cutoffs"]) == ["5", "10", "100"]
+    with qrels.open() as lines:
+        judged = pytrec_eval.parse_qrel(lines)
+    with run.open() as lines:
+        ranked = pytrec_eval.parse_run(line for line in lines if "hybrid-v2" in line)
+    for k in (5, 10, 100):
+        one_k = orjson.loads(run_eval(qrels, run, "--format", "json", "--k", str(k))[1])
+        assert document["cutoffs"][str(k)] == one_k  # each cutoff: the one-k document
+        measures = {f"recall_{k}", f"P_{k}", f"success_{k}"}
+        rows = pytrec_eval.RelevanceEvaluator(judged, measures).evaluate(ranked).values()
+        metrics = one_k["runs"]["hybrid-v2"]["metrics"]
+        assert metrics["recallAtK"] == pytest.approx(
+            sum(r[f"recall_{k}"] for r in rows) / len(rows), abs=1e-12
+        )
+        assert metrics["precisionAtK"] == pytest.approx(
+            sum(r[f"P_{k}"] for r in rows) / len(rows), abs=1e-12
+        )
+        assert metrics["hitAtK"] == pytest.approx(
+            sum(r[f"success_{k}"] for r in rows) / len(rows), abs=1e-12
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("10,x", "'x' is not an integer"),
+        ("0", "0 is not in 1..1000"),
+        ("10,10", "10 is given twice"),
+    ],
+)
+def test_bad_cutoffs_are_usage_errors(value: str, problem: str) -> None:
+    code, _, err = run_eval(EXAMPLES / "qrels.txt", EXAMPLES / "run.txt", "--k", value)
+    assert code == 2
+    assert problem in err
+
+
+def test_short_flags_match_trec_eval_habits() -> None:
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    short = run_eval(qrels, run, "-q", "-c", "--format", "json")
+    long = run_eval(qrels, run, "--per-query", "--complete", "--format", "json")
+    assert short == long
+    document = orjson.loads(short[1])
+    assert document["runs"]["bm25-v1"]["zeroFilled"] == 1
+    assert len(document["results"]) == 24  # 12 judged queries x 2 runs, -c fills the gap
+
+
+def test_run_from_standard_input_equals_the_file() -> None:
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    from_file = run_eval(qrels, run, "--format", "json")
+    result = CliRunner().invoke(
+        main, ["eval", str(qrels), "-", "--format", "json"], input=run.read_bytes()
+    )
+    assert (result.exit_code, result.stdout) == from_file[:2]
+
+
+def test_a_bad_line_on_standard_input_is_named_stdin() -> None:
+    result = CliRunner().invoke(
+        main, ["eval", str(EXAMPLES / "qrels.txt"), "-"], input="q-001 Q0 a 1 nan r\n"
+    )
+    assert result.exit_code == 2
+    assert result.stderr == "<stdin>:1: score is not a finite number\n"
+
+
+def test_several_run_files_are_compared_with_the_first(tmp_path: Path) -> None:
+    qrels = write(tmp_path, "qrels.txt", "".join(f"q{n} 0 d{n} 1\n" for n in range(30)))
+    # Same tag in every file (as users leave it): runs are named file:tag.
+    good = write(tmp_path, "good.txt", "".join(f"q{n} Q0 d{n} 1 2 run\n" for n in range(30)))
+    bad = write(tmp_path, "bad.txt", "".join(f"q{n} Q0 x{n} 1 2 run\n" for n in range(30)))
+    code, out, _ = run_eval(qrels, bad, good, "--format", "json", "--permutations", "999")
+    assert code == 0
+    document = orjson.loads(out)
+    assert sorted(document["runs"]) == sorted([f"{bad}:run", f"{good}:run"])
+    comparisons = document["comparisons"]
+    assert (comparisons["baseline"], comparisons["permutations"]) == (f"{bad}:run", 999)
+    (comparison,) = comparisons["runs"]
+    assert (comparison["runA"], comparison["runB"], comparison["queries"]) == (
+        f"{bad}:run",
+        f"{good}:run",
+        30,
+    )
+    mrr = comparison["metrics"]["mrr"]
+    assert (mrr["a"], mrr["b"], mrr["delta"]) == (0.0, 1.0, 1.0)
+    assert (mrr["wins"], mrr["losses"], mrr["ties"]) == (30, 0, 0)
+    # Every flip of 30 differences of +1 but the observed one lowers |sum|.
+    assert mrr["randomization"]["p"] == pytest.approx(1 / 1000)
+    assert mrr["randomization"]["significant"] and mrr["tTest"]["significant"]
+    table = run_eval(qrels, bad, good, "--permutations", "999")[1]
+    assert f"runs against {bad}:run" in table
+    assert "1.0000 (+1.0000)*†" in table
+
+
+def test_alpha_decides_the_marker() -> None:
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    document = orjson.loads(run_eval(qrels, run, "--format", "json", "--alpha", "0.5")[1])
+    recall = document["comparisons"]["runs"][0]["metrics"]["recallAtK"]
+    assert document["comparisons"]["alpha"] == 0.5
+    assert recall["tTest"]["significant"] == (recall["tTest"]["pHolm"] < 0.5)
+    strict = orjson.loads(run_eval(qrels, run, "--format", "json", "--alpha", "1e-9")[1])
+    for entry in strict["comparisons"]["runs"][0]["metrics"].values():
+        assert not entry["tTest"]["significant"] and not entry["randomization"]["significant"]
+
+
+def test_zero_shared_query_ids_warn_on_stderr(tmp_path: Path) -> None:
+    qrels = write(tmp_path, "qrels.txt", "q1 0 a 1\n")
+    run = write(tmp_path, "run.txt", "other-1 Q0 a 1 2 r\nother-2 Q0 a 1 2 r\n")
+    code, out, err = run_eval(qrels, run)
+    assert code == 0
+    assert "skipped: 2 rankings without qrels, 1 judged queries not in the run" in out
+    assert err == (
+        f"warning: run r ({run}) shares no query id with {qrels}: none of its 2 rankings "
+        "was scored; check that the qrels and the run belong together (same topics, same ids)\n"
+    )
+    assert run_eval(EXAMPLES / "qrels.txt", EXAMPLES / "run.txt")[2] == ""
+
+
+def test_start_up_imports_nothing_heavy_for_small_files() -> None:
+    import subprocess
+    import sys
+
+    # The start-up contract without a timed test: what a small file's path imports.
+    script = (
+        "import sys\n"
+        "from scorer.cli import main\n"
+        "try:\n"
+        f"    main(['eval', {str(EXAMPLES / 'qrels.txt')!r}, {str(EXAMPLES / 'run.txt')!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ['scipy', 'pyarrow', 'rich', 'numpy', 'pydantic', 'pandas']\n"
+        "print(sorted(name for name in heavy if name in sys.modules), file=sys.stderr)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert completed.stderr.strip() == "[]"
+    assert "runs against bm25-v1" in completed.stdout
+
+
+def test_constants_written_for_start_up_equal_their_sources() -> None:
+    from schemas.events import MAX_K
+    from scorer.cli.eval_cmd import DEFAULT_K
+    from scorer.cli.eval_cmd import MAX_K as EVAL_MAX_K
+    from scorer.settings import Settings
+
+    assert EVAL_MAX_K == MAX_K
+    assert Settings.model_fields["default_retrieval_k"].default == DEFAULT_K

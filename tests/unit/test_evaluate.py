@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scorer.evaluate import evaluate
+from scorer.evaluation import evaluate
 from scorer.io import JudgedQuery, Retrieval
 
 GOLDEN = {

@@ -17,6 +17,7 @@ from scorer.io import (
     read_golden,
     trec_order,
 )
+from scorer.io import runs as run_reader
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -94,7 +95,10 @@ def test_interleaved_trec_run_is_merged_on_request(
     text = "q1 Q0 a 1 3 r\nq2 Q0 x 1 1 r\nq1 Q0 b 2 4 r\n"
     path = write(tmp_path, "run.txt", text)
     expected = [("q1", ["b", "a"]), ("q2", ["x"])]
-    # Within one chunk read by pyarrow, a query's lines are merged wherever they are.
+    # A small file is read whole, so a query's lines are merged wherever they are;
+    assert [(r.query_id, r.ranked) for r in iter_retrievals(path)] == expected
+    # so are they within one chunk read by pyarrow.
+    monkeypatch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
     assert [(r.query_id, r.ranked) for r in iter_retrievals(path)] == expected
     # Across chunks (here, one line each) the stream cannot merge them.
     monkeypatch.setattr(columnar, "CHUNK_BYTES", 8)

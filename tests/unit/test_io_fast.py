@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorer.cli import main
-from scorer.evaluate import evaluate_run_file
-from scorer.io import InputError, columnar, iter_retrievals, read_golden, trec_order
+from scorer.evaluation import evaluate_run_file
+from scorer.io import InputError, columnar, iter_retrievals, read_golden
+from scorer.io import qrels as qrels_reader
+from scorer.io import runs as run_reader
 
 QIDS = ["q1", "q2", "q10", "qé"]
 DOCS = ["a", "b", "c", "d10", "d9", "Z", "é", "ü", "日本"]
 TAGS = ["bm25", "dense"]
-SCORES = ["1", "2", "2.0", "-0.0", "0", "0.5", "+3", ".25", "1e3", "inf", "-inf", "-1.5", "7"]
+SCORES = ["1", "2", "2.0", "-0.0", "0", "0.5", "+3", ".25", "1e3", "-1.5", "7"]
 
 
 def write(tmp_path: Path, name: str, data: str | bytes) -> Path:
@@ -48,6 +51,17 @@ def oracle(text: str) -> list[tuple[str, str, list[str]]]:
 
 def read_run(path: Path) -> list[tuple[str, str, list[str]]]:
     return [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(path, merge_blocks=True)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def columnar_for_small_files() -> Iterator[None]:
+    """The fast path for files of any size (by default only from 4 MiB), so that
+    these small files exercise it. Module-scoped: hypothesis tests take no
+    function-scoped fixtures."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
+        patch.setattr(qrels_reader, "COLUMNAR_MIN_BYTES", 0)
+        yield
 
 
 @pytest.fixture
@@ -164,12 +178,14 @@ def test_a_last_line_without_newline_is_read_fast(tmp_path: Path) -> None:
     assert read_run(write(tmp_path, "run.txt", text)) == B_THEN_A
 
 
-def test_nan_scores_keep_pythons_order(tmp_path: Path) -> None:
-    text = "q1 Q0 a 1 1 r\nq1 Q0 b 2 nan r\nq1 Q0 c 3 2 r\n"
-    assert columnar.run_blocks(text.encode()) is None
-    (retrieval,) = iter_retrievals(write(tmp_path, "run.txt", text))
-    # Whatever sorted() makes of a NaN, as before the fast path.
-    assert retrieval.ranked == trec_order(["a", "b", "c"], [1.0, float("nan"), 2.0])
+@pytest.mark.parametrize("score", ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e999"])
+def test_a_score_that_is_not_finite_is_rejected_by_both_readers(tmp_path: Path, score: str) -> None:
+    text = f"q1 Q0 a 1 1 r\nq1 Q0 b 2 {score} r\nq1 Q0 c 3 2 r\n"
+    assert columnar.run_blocks(text.encode()) is None  # the fast path hands it over
+    path = write(tmp_path, "run.txt", text)
+    with pytest.raises(InputError) as raised:
+        list(iter_retrievals(path))
+    assert str(raised.value) == f"{path}:2: score is not a finite number"
 
 
 CLEAN_LINE = "q{q:05d} Q0 d{d} {d} {score} run\n"
@@ -191,6 +207,8 @@ def big_run(bad_line: str, before: int, after: int = 500) -> str:
         ("q1 Q0 b 17 high r\n", "score 'high' is not a number"),
         ("q1 Q0 b 17 nan(1) r\n", "score 'nan(1)' is not a number"),
         ("q1 Q0 b 17 0x1p3 r\n", "score '0x1p3' is not a number"),
+        ("q1 Q0 b 17 nan r\n", "score is not a finite number"),
+        ("q1 Q0 b 17 -inf r\n", "score is not a finite number"),
         ("q1 Q0 b 17 r\tx\n", "score 'r' is not a number"),
     ],
 )
@@ -204,6 +222,15 @@ def test_a_bad_line_deep_in_a_big_run_is_named(
     with pytest.raises(InputError) as raised:
         list(iter_retrievals(path))
     assert str(raised.value) == f"{path}:{before + 1}: {message}"
+
+
+def test_cli_exits_2_on_an_infinite_score(tmp_path: Path) -> None:
+    qrels = write(tmp_path, "qrels.txt", "q1 0 a 1\n")
+    run = write(tmp_path, "run.txt", "q1 Q0 a 1 1.5 r\nq1 Q0 b 2 inf r\n")
+    result = CliRunner().invoke(main, ["eval", str(qrels), str(run)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == f"{run}:2: score is not a finite number\n"
 
 
 def test_bytes_not_utf8_deep_in_a_big_run_are_named(
@@ -346,3 +373,25 @@ def test_long_runs_of_a_query_apart_in_one_chunk_are_merged(tmp_path: Path) -> N
     assert [(r.run_id, r.query_id, r.ranked) for r in iter_retrievals(tmp_path / "run.txt")] == (
         oracle(text)
     )
+
+
+def test_the_fast_path_does_not_import_pandas(tmp_path: Path) -> None:
+    import subprocess
+
+    # pyarrow imports pandas (~0.5 s) from to_numpy, pa.array and pa.scalar; the
+    # columnar reader goes around them. Both orders of lines, and qrels.
+    grouped = "".join(f"q{n // 3} Q0 d{n} {n} {9 - n % 3} r\n" for n in range(30))
+    scattered = "".join(sorted(grouped.splitlines(keepends=True), key=lambda line: line[-8:]))
+    run = write(tmp_path, "run.txt", grouped + scattered.replace(" r\n", " s\n"))
+    qrels = write(tmp_path, "qrels.txt", "q1 0 d4 1\nq2 0 d7 2\n")
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from scorer.io import columnar, iter_retrievals, read_golden\n"
+        f"assert columnar.run_blocks(Path({str(run)!r}).read_bytes()) is not None\n"
+        f"assert columnar.qrels_runs(Path({str(qrels)!r}).read_bytes()) is not None\n"
+        f"read_golden(Path({str(qrels)!r}), columnar=True)\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr

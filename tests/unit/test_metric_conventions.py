@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from scorer.evaluate import evaluate
+from scorer.evaluation import evaluate
 from scorer.io import JudgedQuery, Retrieval
 from scorer.metrics import (
     METRIC_NAMES,

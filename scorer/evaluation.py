@@ -1,0 +1,319 @@
+"""Offline evaluation: judged queries and rankings in, one rollup per run out.
+
+The same :func:`scorer.metrics.score` and :class:`scorer.rollup.RunRollup`
+as the streaming worker, so ``scorer eval`` and the live API report the same
+numbers in the same shape.
+
+Which queries count (trec_eval's rules, with nothing hidden):
+
+- a ranking whose query has no qrels is skipped and counted
+  (``resultsWithoutQrels``);
+- a judged query with no ranking in a run is skipped and counted
+  (``judgedQueriesNotInRun``), or, with ``complete``, scored as all zeros
+  (trec_eval ``-c``) and counted as ``zeroFilled``;
+- a judged query with no relevant id (every grade <= 0) is scored: recall,
+  nDCG, MRR and hit are 0 by the conventions, as pytrec_eval, ranx and
+  ir-measures also score it.
+
+Several cutoffs are scored in one pass over the rankings (:func:`evaluate_cutoffs`),
+one :class:`Evaluation` each. Each run also keeps its per-query means (a
+query's rankings averaged, as a JSONL file may hold several), which pair the
+queries of two runs in a comparison (:mod:`scorer.compare`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scorer.io import Golden, InterleavedRun, Progress, Retrieval, iter_retrievals
+from scorer.metrics import Judgments, MetricValues, score
+from scorer.rollup import RunRollup
+from scorer.significance import (
+    DEFAULT_ALPHA,
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    compare_with_baseline,
+)
+
+ZERO = MetricValues(recall_at_k=0.0, precision_at_k=0.0, ndcg_at_10=0.0, mrr=0.0, hit_at_k=0)
+"""The metrics of an empty ranking: what ``complete`` gives a judged query a run lacks."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredRetrieval:
+    """The metrics of one ranking (a row of ``--per-query``)."""
+
+    run_id: str
+    query_id: str
+    result_id: str | None
+    values: MetricValues
+
+    def as_json(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"runId": self.run_id, "queryId": self.query_id}
+        if self.result_id is not None:
+            row["resultId"] = self.result_id
+        row["retrievalMetrics"] = self.values.as_wire()
+        return row
+
+
+@dataclass(slots=True)
+class RunEvaluation:
+    """The rollup of one run and the counts of what it left out."""
+
+    rollup: RunRollup = field(default_factory=RunRollup)
+    judged_queries: set[str] = field(default_factory=set)
+    """Judged query ids this run ranked at least once."""
+    per_query: dict[str, list[float]] = field(default_factory=dict)
+    """Query id -> sums of its metrics over its rankings, then their count (the
+    last item): what :meth:`query_means` averages."""
+    results_without_qrels: int = 0
+    judged_queries_not_in_run: int = 0
+    zero_filled: int = 0
+
+    def add(self, query_id: str, values: Sequence[float], facets: dict[str, str] | None) -> None:
+        """Fold in one scored ranking of ``query_id``."""
+        self.rollup.add(values, facets)
+        sums = self.per_query.get(query_id)
+        if sums is None:
+            self.per_query[query_id] = [*values, 1]
+            return
+        for index, value in enumerate(values):
+            sums[index] += value
+        sums[-1] += 1
+
+    def query_means(self) -> dict[str, list[float]]:
+        """Query id -> the mean of each metric over that query's rankings (METRIC_NAMES order)."""
+        return {
+            query_id: [total / sums[-1] for total in sums[:-1]]
+            for query_id, sums in self.per_query.items()
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """:meth:`RunRollup.summary` plus ``skipped`` (and ``zeroFilled`` when complete)."""
+        out = self.rollup.summary()
+        out["skipped"] = {
+            "resultsWithoutQrels": self.results_without_qrels,
+            "judgedQueriesNotInRun": self.judged_queries_not_in_run,
+        }
+        if self.zero_filled:
+            out["zeroFilled"] = self.zero_filled
+        return out
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """Every run of one evaluation, by run id, and the per-query rows if asked for."""
+
+    k: int
+    runs: dict[str, RunEvaluation] = field(default_factory=dict)
+    """In order of first appearance (the first is the baseline of comparisons)."""
+    results: list[ScoredRetrieval] | None = None
+    comparisons: dict[str, Any] | None = None
+    """:func:`scorer.significance.compare_with_baseline` of the runs, when there are several."""
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"k", "runs": {runId: summary}}``, plus ``"comparisons"`` when several runs
+        were compared and ``"results"`` when per-query rows were kept."""
+        document: dict[str, Any] = {
+            "k": self.k,
+            "runs": {run_id: self.runs[run_id].summary() for run_id in sorted(self.runs)},
+        }
+        if self.comparisons is not None:
+            document["comparisons"] = self.comparisons
+        if self.results is not None:
+            document["results"] = [row.as_json() for row in self.results]
+        return document
+
+    def compare_runs(
+        self,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        permutations: int = DEFAULT_PERMUTATIONS,
+        seed: int = DEFAULT_SEED,
+    ) -> None:
+        """Set :attr:`comparisons`: every run against the first, when there are several."""
+        if len(self.runs) < 2:
+            self.comparisons = None
+            return
+        self.comparisons = compare_with_baseline(
+            {run_id: run.query_means() for run_id, run in self.runs.items()},
+            list(self.runs),
+            alpha=alpha,
+            permutations=permutations,
+            seed=seed,
+        )
+
+
+def as_document(evaluations: Sequence[Evaluation]) -> dict[str, Any]:
+    """The JSON of ``scorer eval``: with one cutoff, that cutoff's
+    :meth:`Evaluation.as_json` (the shape is the same whatever else was asked);
+    with several, ``{"k": [cutoffs], "cutoffs": {"<k>": as_json}}``."""
+    if len(evaluations) == 1:
+        return evaluations[0].as_json()
+    return {
+        "k": [evaluation.k for evaluation in evaluations],
+        "cutoffs": {str(evaluation.k): evaluation.as_json() for evaluation in evaluations},
+    }
+
+
+def combine(sources: Sequence[tuple[str, Sequence[Evaluation]]]) -> list[Evaluation]:
+    """One evaluation per cutoff of the runs of several sources (``(name, evaluations
+    of its cutoffs)``, all at the same cutoffs), in order of the sources.
+
+    A run id (TREC tag) found in more than one source is renamed ``name:runId``
+    in every one of them: users often leave the same tag in every file.
+    """
+    seen: dict[str, int] = {}
+    for _, evaluations in sources:
+        for run_id in evaluations[0].runs:
+            seen[run_id] = seen.get(run_id, 0) + 1
+    combined = [
+        Evaluation(k=evaluation.k, results=None if evaluation.results is None else [])
+        for evaluation in sources[0][1]
+    ]
+    for name, evaluations in sources:
+        for into, evaluation in zip(combined, evaluations, strict=True):
+            renamed = {
+                run_id: (f"{name}:{run_id}" if seen[run_id] > 1 else run_id)
+                for run_id in evaluation.runs
+            }
+            for run_id, run in evaluation.runs.items():
+                into.runs[renamed[run_id]] = run
+            if into.results is not None and evaluation.results is not None:
+                into.results.extend(
+                    ScoredRetrieval(renamed[row.run_id], row.query_id, row.result_id, row.values)
+                    for row in evaluation.results
+                )
+    return combined
+
+
+def evaluate(
+    golden: Golden,
+    retrievals: Iterable[Retrieval],
+    *,
+    k: int = 10,
+    complete: bool = False,
+    per_query: bool = False,
+) -> Evaluation:
+    """Score every ranking against its query's qrels and roll the runs up.
+
+    ``k`` is the cutoff of recall, precision and hit unless a ranking carries its
+    own. Facets are the golden set's, overridden key by key by the ranking's.
+    """
+    (evaluation,) = evaluate_cutoffs(
+        golden, retrievals, ks=[k], complete=complete, per_query=per_query
+    )
+    return evaluation
+
+
+def evaluate_cutoffs(
+    golden: Golden,
+    retrievals: Iterable[Retrieval],
+    *,
+    ks: Sequence[int],
+    complete: bool = False,
+    per_query: bool = False,
+) -> list[Evaluation]:
+    """:func:`evaluate` at each cutoff of ``ks`` (in that order), in one pass over
+    ``retrievals``: one :class:`Evaluation` per cutoff."""
+    if not ks:
+        raise ValueError("at least one cutoff is needed")
+    for k in ks:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+    evaluations = [Evaluation(k=k, results=[] if per_query else None) for k in ks]
+    cutoffs = [
+        (k, evaluation.runs, evaluation.results)
+        for k, evaluation in zip(ks, evaluations, strict=True)
+    ]
+    judgments_of: dict[str, Judgments] = {}
+    for retrieval in retrievals:
+        query_id = retrieval.query_id
+        judged = golden.get(query_id)
+        if judged is None:
+            for _, runs, _ in cutoffs:
+                run = runs.get(retrieval.run_id)
+                if run is None:
+                    run = runs[retrieval.run_id] = RunEvaluation()
+                run.results_without_qrels += 1
+            continue
+        judgments = judgments_of.get(query_id)
+        if judgments is None:
+            judgments = judgments_of[query_id] = Judgments.from_qrels(judged.qrels)
+        facets = judged.facets
+        if retrieval.facets:
+            facets = {**facets, **retrieval.facets}
+        for k, runs, rows in cutoffs:
+            run = runs.get(retrieval.run_id)
+            if run is None:
+                run = runs[retrieval.run_id] = RunEvaluation()
+            values = score(retrieval.ranked, judgments, retrieval.k or k)
+            run.add(query_id, values, facets)
+            run.judged_queries.add(query_id)
+            if rows is not None:
+                row = ScoredRetrieval(retrieval.run_id, query_id, retrieval.result_id, values)
+                rows.append(row)
+    for evaluation in evaluations:
+        _account_for_missing(golden, evaluation, complete)
+    return evaluations
+
+
+def _account_for_missing(golden: Golden, evaluation: Evaluation, complete: bool) -> None:
+    """Count the judged queries each run lacks, or score them as zeros when ``complete``."""
+    rows = evaluation.results
+    for run_id, run in evaluation.runs.items():
+        missing = [query_id for query_id in golden if query_id not in run.judged_queries]
+        if not complete:
+            run.judged_queries_not_in_run = len(missing)
+            continue
+        run.zero_filled = len(missing)
+        for query_id in missing:
+            run.add(query_id, ZERO, golden[query_id].facets)
+            if rows is not None:
+                rows.append(ScoredRetrieval(run_id, query_id, None, ZERO))
+
+
+def evaluate_run_file(
+    golden: Golden,
+    path: Path,
+    *,
+    k: int = 10,
+    complete: bool = False,
+    per_query: bool = False,
+    progress: Progress | None = None,
+) -> Evaluation:
+    """:func:`evaluate` of the rankings in ``path`` (a TREC run or JSONL results).
+
+    Raises :class:`scorer.io.InputError` for a bad file.
+    """
+    (evaluation,) = evaluate_run_file_cutoffs(
+        golden, path, ks=[k], complete=complete, per_query=per_query, progress=progress
+    )
+    return evaluation
+
+
+def evaluate_run_file_cutoffs(
+    golden: Golden,
+    path: Path,
+    *,
+    ks: Sequence[int],
+    complete: bool = False,
+    per_query: bool = False,
+    progress: Progress | None = None,
+) -> list[Evaluation]:
+    """:func:`evaluate_cutoffs` of the rankings in ``path`` (a TREC run or JSONL results).
+
+    The file is streamed; a TREC run whose queries are not contiguous is read
+    again and merged in memory (trec_eval accepts lines in any order).
+    Raises :class:`scorer.io.InputError` for a bad file.
+    """
+    try:
+        return evaluate_cutoffs(
+            golden, iter_retrievals(path, progress), ks=ks, complete=complete, per_query=per_query
+        )
+    except InterleavedRun:
+        merged = iter_retrievals(path, progress, merge_blocks=True)
+        return evaluate_cutoffs(golden, merged, ks=ks, complete=complete, per_query=per_query)
