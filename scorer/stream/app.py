@@ -77,6 +77,7 @@ def create_app(settings: Settings) -> Scorer:
         topic_replication_factor=settings.replication_factor,
         processing_guarantee=settings.processing_guarantee,
         producer_linger=settings.producer_linger_seconds,
+        broker_commit_interval=settings.commit_interval(),
         broker_session_timeout=settings.broker_session_timeout,
         # Heartbeats well inside the session, as Kafka recommends (a third of it at most).
         broker_heartbeat_interval=min(3.0, settings.broker_session_timeout / 3),

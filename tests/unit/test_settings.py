@@ -64,3 +64,9 @@ def test_the_sasl_password_never_shows_in_repr(monkeypatch):
     settings = load_settings()
     assert "hunter2-secret" not in repr(settings)
     assert settings.aiokafka_options()["sasl_plain_password"] == "hunter2-secret"
+
+
+def test_the_commit_interval_defaults_to_the_processing_guarantee_and_can_be_set() -> None:
+    assert Settings().commit_interval() == 2.8
+    assert Settings(processing_guarantee="exactly_once").commit_interval() == 0.5
+    assert Settings(commit_interval_seconds=1.5).commit_interval() == 1.5
