@@ -7,7 +7,10 @@ into the state directory is used, then ``localhost:9092``.
 
 from __future__ import annotations
 
+import difflib
+import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -38,7 +41,7 @@ def local_bootstrap(state_dir: Path) -> str | None:
 class Settings(BaseSettings):
     """Every knob of the scorer. Frozen: read once at start."""
 
-    model_config = SettingsConfigDict(env_prefix="SCORER_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SCORER_", frozen=True, extra="forbid")
 
     state_dir: Path = Field(
         DEFAULT_STATE_DIR, description="Local broker state and default datadir."
@@ -204,8 +207,24 @@ class ConfigError(ValueError):
     """The environment holds a setting the scorer cannot run with (one line)."""
 
 
+NOT_SETTINGS = frozenset({"SCORER_IMAGE_TAG", "SCORER_WEB_HOST_PORT", "SCORER_PLOT_PNG"})
+"""``SCORER_*`` variables read by other tools (docker-compose.yml, a test's plot)."""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``SCORER_*`` variables in ``environ`` that name no setting (a typo is not ignored)."""
+    known = {f"SCORER_{name.upper()}" for name in Settings.model_fields} | NOT_SETTINGS
+    return sorted(name for name in environ if name.startswith("SCORER_") and name not in known)
+
+
 def load_settings() -> Settings:
     """Settings from the environment, or :class:`ConfigError` naming the bad variable."""
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        known = [f"SCORER_{name.upper()}" for name in Settings.model_fields]
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else " (see scorer/settings.py)"
+        raise ConfigError(f"unknown setting {unknown[0]}{hint}")
     try:
         return Settings()
     except ValidationError as error:

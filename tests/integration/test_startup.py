@@ -8,7 +8,7 @@ the fetch's partition set in place, aiokafka read that as "all partitions",
 and the first prefetched batch of every results partition was dropped and
 committed past (scorer.stream.faust_edge.consumer has the guards).
 
-The loss was a race, so the test repeats: ``SCORER_STARTUP_ROUNDS`` rounds per
+The loss was a race, so the test repeats: ``STARTUP_TEST_ROUNDS`` rounds per
 processing mode (1 in CI; 10 per mode were run by hand, see docs/operations.md).
 """
 
@@ -37,8 +37,8 @@ from tests.support.kafka import settings_for
 
 pytestmark = pytest.mark.integration
 
-ROUNDS = int(os.environ.get("SCORER_STARTUP_ROUNDS", "1"))
-BACKLOG = int(os.environ.get("SCORER_STARTUP_BACKLOG", "4000"))
+ROUNDS = int(os.environ.get("STARTUP_TEST_ROUNDS", "1"))
+BACKLOG = int(os.environ.get("STARTUP_TEST_BACKLOG", "4000"))
 """A few fetches per partition: the first one of each was lost (100,000 for the burst
 runs of the hot-path issue, docs/operations.md)."""
 

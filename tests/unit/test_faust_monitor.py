@@ -18,7 +18,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def monitor_of(tmp_path) -> tuple[CachedPrometheusMonitor, CollectorRegistry]:
-    scorer = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path))
+    scorer = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path))
     assert isinstance(scorer.app.monitor, CachedPrometheusMonitor)
     return scorer.app.monitor, scorer.telemetry.registry
 

@@ -70,3 +70,24 @@ def test_the_commit_interval_defaults_to_the_processing_guarantee_and_can_be_set
     assert Settings().commit_interval() == 2.8
     assert Settings(processing_guarantee="exactly_once").commit_interval() == 0.5
     assert Settings(commit_interval_seconds=1.5).commit_interval() == 1.5
+
+
+def test_a_setting_name_that_does_not_exist_fails() -> None:
+    with pytest.raises(ValueError, match="bootstrap_servers"):
+        Settings(bootstrap_servers="broker:9092")  # the real name: KAFKA_BOOTSTRAP_SERVERS
+
+
+def test_an_unknown_scorer_variable_stops_the_worker_with_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SCORER_PARTITONS", "8")
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value) == (
+        "unknown setting SCORER_PARTITONS (did you mean SCORER_PARTITIONS?)"
+    )
+    result = CliRunner().invoke(main, ["worker"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: unknown setting SCORER_PARTITONS (did you mean SCORER_PARTITIONS?)"
+    ]

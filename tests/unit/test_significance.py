@@ -4,10 +4,11 @@ Holm's correction and the JSON keys."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -33,13 +34,19 @@ def reference_randomization(differences: list[float], permutations: int, seed: i
 
 @settings(max_examples=200)
 @given(
-    pairs=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=300).filter(
+    pairs=st.lists(
+        st.tuples(st.floats(0, 1, allow_subnormal=False), st.floats(0, 1, allow_subnormal=False)),
+        min_size=2,
+        max_size=300,
+    ).filter(
         lambda pairs: len({b - a for a, b in pairs}) > 1
     )
 )
 def test_t_test_p_equals_scipy_ttest_rel(pairs: list[tuple[float, float]]) -> None:
     base, candidate = zip(*pairs, strict=True)
     expected = stats.ttest_rel(candidate, base).pvalue
+    # Differences of ~1e-324 have no variance scipy can compute (nan): not a metric's.
+    assume(math.isfinite(expected))
     assert paired_t_test([b - a for a, b in pairs]) == pytest.approx(expected, abs=1e-12)
 
 

@@ -14,7 +14,7 @@ from scorer.stream.app import create_app
 
 @pytest.mark.parametrize("level", [logging.WARNING, logging.ERROR])
 def test_the_root_logger_keeps_the_chosen_level(tmp_path, level: int) -> None:
-    app = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path)).app
+    app = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path)).app
     worker = make_worker(app, logging.getLevelName(level).lower())
     root = logging.getLogger("scorer-test-root")
     root.addHandler(logging.StreamHandler())
@@ -28,7 +28,7 @@ def test_faust_alone_would_turn_debug_on(tmp_path) -> None:
     """The reason for ``make_worker``: a plain ``faust.Worker`` at warning level."""
     import faust
 
-    app = create_app(Settings(bootstrap_servers="127.0.0.1:1", datadir=tmp_path)).app
+    app = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path)).app
     worker = faust.Worker(app, loglevel="warning")
     root = logging.getLogger("scorer-test-root-faust")
     root.addHandler(logging.StreamHandler())
