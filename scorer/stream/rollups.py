@@ -30,6 +30,8 @@ def register(parts: StreamParts) -> None:
     seen_table = parts.seen_table
     dedupe = settings.rollup_dedupe_seconds
     next_seen_sweep: dict[int, float] = {}
+    expiry = runs.SeenExpiry()
+    generation = [parts.app.consumer_generation_id]
     rollups_out = edge.writer(rollup_table)
     queries_out = edge.writer(run_queries_table)
     seen_out = edge.writer(seen_table)
@@ -62,6 +64,7 @@ def register(parts: StreamParts) -> None:
             queries_out.set(key, entry, partition, outputs)
         for key, seen in batch.seen.items():
             seen_out.set(key, seen, partition, outputs)
+            expiry.noted(key, seen)
         for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():
             rollups_out.set(key, state, partition, outputs)
         if batch.duplicates:
@@ -77,5 +80,8 @@ def register(parts: StreamParts) -> None:
 
     def forget_seen(partition: int, before: float, outputs: list[Output]) -> None:
         """Drop this partition's ``seen`` entries recorded before ``before``."""
-        for key in runs.expired_seen(seen_table.items(), before, partition):
+        if parts.app.consumer_generation_id != generation[0]:
+            generation[0] = parts.app.consumer_generation_id
+            expiry.reset()
+        for key in expiry.expired(partition, before, seen_table.items, seen_table.get):
             seen_out.delete(key, partition, outputs)

@@ -203,3 +203,28 @@ def test_contributions_survive_the_wire_unchanged() -> None:
     pending.add(b"run", item)
     [(_, _, raw)] = pending.drain()
     assert runs.decode_contributions(raw) == [item]
+
+
+def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> None:
+    table = {
+        "a": ["results/0", 1, 0, 10.0, 0],  # recovered from the changelog
+        "b": ["results/1", 1, 0, 12.0, 1],  # another rollup partition
+    }
+    scans: list[int] = []
+
+    def entries():
+        scans.append(1)
+        return list(table.items())
+
+    expiry = runs.SeenExpiry()
+    assert expiry.expired(0, 11.0, entries, table.get) == ["a"]
+    for key, seen_at in (("c", 20.0), ("d", 30.0)):
+        entry = runs.SeenEntry("results/0", 2, 0, seen_at, 0)
+        table[key] = entry
+        expiry.noted(key, entry)
+    table["c"] = runs.SeenEntry("results/0", 3, 0, 40.0, 0)  # renewed since
+    assert expiry.expired(0, 35.0, entries, table.get) == ["d"]
+    assert len(scans) == 1, "the table is listed once per partition, not per sweep"
+    expiry.reset()  # a rebalance: filled from the table again
+    assert expiry.expired(0, 45.0, entries, table.get) == ["a", "d", "c"]
+    assert len(scans) == 2
