@@ -37,6 +37,7 @@ from scorer.settings import Settings
 from scorer.stream import core, runs
 from scorer.stream.faust_metrics import setup_faust_metrics
 from scorer.stream.resume import hold_inputs_until_seeked
+from scorer.stream.stopping import install_graceful_stop
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.transactions import Transactions
 from scorer.stream.web import register_views
@@ -127,6 +128,7 @@ def create_app(settings: Settings) -> Scorer:
 
     parked_count = 0
     expiring: set[str] = set()
+    install_graceful_stop(app, settings.stop_timeout_seconds)
     transactions = Transactions(app)
     new_consumer = app._new_consumer
 
@@ -357,6 +359,8 @@ def create_app(settings: Settings) -> Scorer:
         for query_id, items in list(parked_table.items()):
             total += len(items)
             oldest = min(item[1] for item in items)
+            if app.should_stop:
+                return  # the stop commits without this sweep; the next owner sweeps again
             if now - oldest >= settings.parking_ttl_seconds and query_id not in expiring:
                 expiring.add(query_id)
                 await expiry_topic.send(key=query_id.encode(), value=b"", partition=items[0][3])
