@@ -7,6 +7,9 @@ commits as before."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 from typing import Any
 
 from scorer.stream.stopping import install_graceful_stop
@@ -142,3 +145,21 @@ def test_the_stop_starts_its_deadline_and_then_stops_faust() -> None:
     asyncio.run(app.on_stop())
     assert app.log == ["faust on_stop"]
     assert stop.started_at is not None
+
+
+def test_a_stop_past_its_deadline_exits_1_with_one_error_line() -> None:
+    program = (
+        "import logging, time\n"
+        "from scorer.stream.stopping import GracefulStop\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "GracefulStop(object(), timeout=0.5)._start_deadline()\n"
+        "time.sleep(30)\n"
+    )
+    started_at = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 1
+    assert time.monotonic() - started_at < 10
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "SCORER_STOP_TIMEOUT_SECONDS" in errors[0], done.stderr
