@@ -79,6 +79,16 @@ class Settings(BaseSettings):
             "its partitions to the others (the broker's group.min.session.timeout.ms is 6 s)."
         ),
     )
+    stop_timeout_seconds: float = Field(
+        20.0,
+        ge=1.0,
+        le=600.0,
+        description=(
+            "Longest a graceful stop (SIGTERM, SIGINT) may take: past it the worker exits "
+            "with code 1 without committing (the next owner redoes that work). Set the "
+            "orchestrator's grace period above it (docs/operations.md)."
+        ),
+    )
     web_host: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535)
     web_advertised_host: str | None = Field(

@@ -92,7 +92,11 @@ def create_app(settings: Settings) -> Scorer:
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     edge = faust_edge.install(
-        app, telemetry.registry, settings.kafka_fetch_max_wait_ms, "retrieval_scorer"
+        app,
+        telemetry.registry,
+        settings.kafka_fetch_max_wait_ms,
+        "retrieval_scorer",
+        settings.stop_timeout_seconds,
     )
 
     parts = StreamParts(

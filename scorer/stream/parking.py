@@ -47,6 +47,8 @@ def register(parts: StreamParts) -> None:
             items = core.parked_items(stored)
             total += len(items)
             oldest = min(item.parked_at for item in items)
+            if app.should_stop:
+                return  # the stop commits without this sweep; the next owner sweeps again
             if now - oldest >= settings.parking_ttl_seconds and query_id not in expiring:
                 expiring.add(query_id)
                 await parts.expiry_topic.send(

@@ -335,3 +335,17 @@ def test_the_producer_of_a_partition_revoked_but_kept_as_standby_is_stopped() ->
 
     assert set(rebalance(guarded=False)) == {"app-1-0", "app-1-1"}
     assert set(rebalance(guarded=True)) == {"app-1-0"}
+
+
+def test_a_changelog_partition_without_a_start_offset_is_read_from_its_start() -> None:
+    # Faust's interrupted recovery seeks such a partition to None: aiokafka raises.
+    seeks: list[dict[TP, int]] = []
+
+    async def seek_wait(partitions: dict[TP, int]) -> None:
+        assert all(isinstance(offset, int) and offset >= 0 for offset in partitions.values())
+        seeks.append(dict(partitions))
+
+    consumer = SimpleNamespace(seek_wait=seek_wait)
+    Transactions._seek_unknown_changelog_offsets_to_start(consumer)
+    run(consumer.seek_wait({TP("changelog", 0): None, TP("changelog", 1): 42}))
+    assert seeks == [{TP("changelog", 0): 0, TP("changelog", 1): 42}]

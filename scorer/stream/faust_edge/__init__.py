@@ -25,6 +25,7 @@ from scorer.stream.faust_edge.consumer import (
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
 from scorer.stream.faust_edge.monitor import setup_faust_metrics
 from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
+from scorer.stream.faust_edge.stopping import install_graceful_stop
 from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import check_versions
@@ -66,12 +67,18 @@ class Edge:
 
 
 def install(
-    app: Any, registry: CollectorRegistry, fetch_max_wait_ms: int, metrics_prefix: str
+    app: Any,
+    registry: CollectorRegistry,
+    fetch_max_wait_ms: int,
+    metrics_prefix: str,
+    stop_timeout_seconds: float,
 ) -> Edge:
-    """Make ``app``'s consumer the guarded one (before anything creates it), and its
-    monitor the cached Prometheus one: Faust's series under ``metrics_prefix`` and the
-    input ledger's go to ``registry``."""
+    """Make ``app``'s consumer the guarded one (before anything creates it), its monitor
+    the cached Prometheus one (Faust's series under ``metrics_prefix`` and the input
+    ledger's go to ``registry``), and its stop a graceful one, bounded by
+    ``stop_timeout_seconds``."""
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
+    install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
     thread = type(
         "GuardedConsumerThread", (GuardedConsumerThread,), {"fetch_max_wait_ms": fetch_max_wait_ms}

@@ -48,6 +48,11 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   asks the broker instead (a read_committed consumer's end offsets are the last
   stable offsets).
 
+- When a rebalance interrupts table recovery, Faust seeks standby changelog
+  partitions whose start offset it has not computed yet (``None``) and crashes
+  (seen in rolling restarts): they are read from their start
+  (:meth:`Transactions._seek_unknown_changelog_offsets_to_start`).
+
 Under at-least-once all of this is a plain pass-through.
 """
 
@@ -177,10 +182,11 @@ class Transactions:
     def guard_rebalances(self, consumer: Any) -> None:
         """The exactly_once fixes a new consumer needs before its first rebalance:
         revoked partitions' producers stopped, changelog ends from the broker, and
-        the seeks logged."""
+        the seeks logged, and changelog seeks without an offset read from the start."""
         self._stop_revoked(consumer.transactions)
         self._read_ends_from_broker(consumer)
         self._log_seeks(consumer)
+        self._seek_unknown_changelog_offsets_to_start(consumer)
 
     def _stop_revoked(self, manager: Any) -> None:
         """Stop the producers of revoked partitions before Faust starts the assigned
@@ -214,6 +220,34 @@ class Transactions:
             return await thread._ensure_consumer().end_offsets(list(partitions))
 
         thread._highwaters = end_offsets
+
+    @staticmethod
+    def _seek_unknown_changelog_offsets_to_start(consumer: Any) -> None:
+        """Table recovery seeks a changelog partition without a start offset to its
+        start instead of crashing.
+
+        When a rebalance interrupts a recovery (a worker rejoining while the other
+        is still recovering the partitions it took over), Faust's restarted
+        recovery seeks standby partitions that the new rebalance added and whose
+        start offset it has not computed yet (``None``, from ``Recovery._add``);
+        aiokafka refuses (``ValueError('Offset must be a positive integer')``) and
+        the recovery crashes the worker. The start (0) is where Faust's own
+        computation ends for a memory store, which keeps no persisted offsets."""
+        seek_wait = consumer.seek_wait
+
+        async def seek_wait_from_start(partitions: Mapping[Any, int | None]) -> Any:
+            unknown = sorted(tp for tp, offset in partitions.items() if offset is None)
+            if unknown:
+                logger.info(
+                    "Recovery: no start offset for %s; reading from the start",
+                    ", ".join(f"{tp.topic}/{tp.partition}" for tp in unknown),
+                )
+                partitions = {
+                    tp: 0 if offset is None else offset for tp, offset in partitions.items()
+                }
+            return await seek_wait(partitions)
+
+        consumer.seek_wait = seek_wait_from_start
 
     @staticmethod
     def _log_seeks(consumer: Any) -> None:
