@@ -1,4 +1,5 @@
-"""Streaming benchmark: the scorer beside a bare aiokafka pipe and a Faust forwarder.
+"""Streaming benchmark: the scorer (both processing modes) beside a bare aiokafka pipe
+and a Faust forwarder.
 
 One run, one local broker (started here in a temporary state dir, stopped at the
 end), the same payloads and the same partition count for three pipelines, each
@@ -8,7 +9,8 @@ a process of its own:
   the limit of this client stack on this machine;
 - ``faust``: a Faust agent forwarding every event unchanged
   (``bench/stream_forward.py``), the framework's own cost;
-- ``scorer``: ``scorer worker`` with its real settings, qrels preloaded.
+- ``scorer``, ``scorer-eos``: ``scorer worker`` with its real settings, qrels
+  preloaded, at-least-once and exactly_once (outputs read read_committed).
 
 Per repetition (the order of the three rotates), each pipeline gets:
 
@@ -748,18 +750,20 @@ def main() -> None:
 def streaming_section(table_text: str) -> str:
     return "\n".join(
         [
-            "`bench/stream.py` runs three pipelines on one local broker with the same payloads",
+            "`bench/stream.py` runs four pipelines on one local broker with the same payloads",
             "(JSON results of 10-100 ranked ids with facets, all judged) and the same partition",
             "count, each in a process of its own: `pipe` is a bare aiokafka consume → decode →",
-            "encode → produce loop (the limit of this client stack), `faust` a Faust agent that",
-            "forwards events unchanged (the framework's cost), `scorer` the real `scorer worker`",
-            "with its qrels preloaded. Throughput: results preloaded into the input topic, then",
-            "the count over the time from the first to the last output record. Latency: from",
-            "handing a result to the producer to receiving its output record, at offered loads",
-            "of 25/50/75% of the pipe's rate. Medians of interleaved repetitions; the machine is",
-            "small and shared, so read the ratios, not the absolute numbers. *saturated*: the",
-            "offered load is above the pipeline's capacity and the backlog did not drain in time",
-            "(latencies of seconds are queueing behind such a backlog).",
+            "encode → produce loop (the limit of this client stack), `faust` a stock Faust agent",
+            "that forwards events unchanged (what a user would write with Faust, with its 1.5 s",
+            "fetch wait), `scorer` and `scorer-eos` the real `scorer worker` with its qrels",
+            "preloaded, at-least-once and exactly_once (read_committed). Throughput: results",
+            "preloaded into the input topic, then the count over the time from the first to the",
+            "last output record; CPU per event from the process's CPU time (a scorer's from",
+            "ready on). Latency: from handing a result to the producer to receiving its output",
+            "record, at offered loads of 25/50/75% of the pipe's rate. Medians of interleaved",
+            "repetitions; the machine is small and shared, so read the ratios, not the absolute",
+            "numbers. *saturated*: the offered load is above the pipeline's capacity and the",
+            "backlog did not drain in time.",
             "",
             table_text,
             "",

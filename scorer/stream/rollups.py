@@ -71,9 +71,13 @@ def register(parts: StreamParts) -> None:
             telemetry.rollup_duplicates.inc(batch.duplicates)
         if batch.resent:
             telemetry.rollup_resent.inc(batch.resent)
-        if dedupe and now >= next_seen_sweep.get(partition, 0.0):
-            next_seen_sweep[partition] = now + max(1.0, dedupe / 4)
-            forget_seen(partition, now - dedupe, outputs)
+        if dedupe:
+            # The first sweep of a partition waits a period too: at a start the worker
+            # has a backlog to score first, and nothing recovered is due before then.
+            due = next_seen_sweep.setdefault(partition, now + max(1.0, dedupe / 4))
+            if now >= due:
+                next_seen_sweep[partition] = now + max(1.0, dedupe / 4)
+                forget_seen(partition, now - dedupe, outputs)
         return outputs
 
     edge.route(parts.rollup_topic, roll_up)

@@ -255,6 +255,16 @@ class SeenExpiry:
         """Partitions moved: each queue is filled from the table again."""
         self._queues.clear()
 
+    def _fill(self, entries: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """One pass over the table fills the queue of every partition that has none."""
+        found: dict[int, list[tuple[float, str]]] = {}
+        for key, stored in entries:
+            entry = seen_entry(stored)
+            if entry.partition not in self._queues:
+                found.setdefault(entry.partition, []).append((entry.seen_at, key))
+        for partition, items in found.items():
+            self._queues[partition] = deque(sorted(items))
+
     def noted(self, key: str, entry: SeenEntry) -> None:
         """``entry`` was written under ``key``."""
         queue = self._queues.get(entry.partition)
@@ -270,12 +280,9 @@ class SeenExpiry:
     ) -> list[str]:
         """Keys of ``partition``'s entries recorded before ``before`` (epoch seconds);
         ``entries`` lists the table (read once per partition), ``current`` reads a key."""
-        queue = self._queues.get(partition)
-        if queue is None:
-            mine = ((seen_entry(stored), key) for key, stored in entries())
-            queue = self._queues[partition] = deque(
-                sorted((entry.seen_at, key) for entry, key in mine if entry.partition == partition)
-            )
+        if partition not in self._queues:
+            self._fill(entries())
+        queue = self._queues.setdefault(partition, deque())
         keys = []
         while queue and queue[0][0] < before:
             _, key = queue.popleft()
