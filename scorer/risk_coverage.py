@@ -138,17 +138,19 @@ def loss_curve(confidences: Sequence[float], losses: Sequence[float]) -> LossCur
 class RiskCoverage:
     """The confidences and losses of some results, for their risk–coverage block.
 
-    Keeps every result with a confidence (17 bytes each: the exact values need
-    every loss) and counts those without.
+    Keeps every result with a confidence (17 bytes each: the exact optimal AURC
+    needs every loss) and counts those without.
     """
 
     confidences: array = field(default_factory=lambda: array("d"))
     misses: bytearray = field(default_factory=bytearray)
     ndcg_losses: array = field(default_factory=lambda: array("d"))
     without_confidence: int = 0
+    _curves: dict[str, LossCurve] | None = field(default=None, repr=False, compare=False)
 
     def add(self, confidence: float | None, values: MetricValues) -> None:
         """Fold in one scored result: ``miss = 1 - hitAtK``, ``ndcgLoss = 1 - ndcgAt10``."""
+        self._curves = None
         if confidence is None:
             self.without_confidence += 1
             return
@@ -157,11 +159,13 @@ class RiskCoverage:
         self.ndcg_losses.append(1.0 - values.ndcg_at_10)
 
     def curves(self) -> dict[str, LossCurve]:
-        """Loss name -> its :class:`LossCurve`."""
-        return {
-            "miss": loss_curve(self.confidences, self.misses),
-            "ndcgLoss": loss_curve(self.confidences, self.ndcg_losses),
-        }
+        """Loss name -> its :class:`LossCurve` (computed once until the next :meth:`add`)."""
+        if self._curves is None:
+            self._curves = {
+                "miss": loss_curve(self.confidences, self.misses),
+                "ndcgLoss": loss_curve(self.confidences, self.ndcg_losses),
+            }
+        return self._curves
 
     def summary(self) -> dict[str, Any]:
         """``{"withConfidence", "withoutConfidence", "miss": {"aurc", "optimalAurc",
