@@ -139,7 +139,9 @@ def eval_command(
 ) -> None:
     """Score each RUN (a TREC run or JSONL results; - reads standard input) against
     QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
-    nDCG@10 per run and per facet.
+    nDCG@10 per run and per facet, and their risk-coverage (AURC, E-AURC of misses
+    and of nDCG loss, rankings ordered by confidence: a TREC run's top score, a
+    JSONL result's confidence or first score).
 
     Means are over the queries with both qrels and a ranking, as trec_eval's;
     what was skipped is reported. With several runs (several files, or several
