@@ -20,11 +20,14 @@ first, with loss ``l_j`` in [0, 1]:
 Two losses per result: ``miss = 1 - hitAtK`` and ``ndcgLoss = 1 - ndcgAt10``.
 A result without a confidence is counted (``withoutConfidence``) and left out.
 
-Exact up to floating point: every loss is kept, group sums are ``math.fsum``
-(correctly rounded, so independent of input order) and so is the sum of the
-``r(i)``. AURC >= optimal AURC holds mathematically; where the two are equal
-(a perfect confidence) rounding can leave AURC an ulp below, so E-AURC is
-clamped at 0, and every value at [0, 1].
+Exact up to floating point, and the same in any input order: every loss is
+kept; the loss sums grow one loss at a time in confidence order, except inside
+a tie group of unequal losses, whose sum is ``math.fsum`` (correctly rounded);
+the sum of the ``r(i)`` is ``math.fsum`` too. A confidence that sorts the
+losses perfectly goes through the very operations of the optimum, so its
+E-AURC is exactly 0. AURC >= optimal AURC holds mathematically; rounding could
+put AURC an ulp under an optimum within rounding of it, so E-AURC is clamped
+at 0, and every value at [0, 1].
 """
 
 from __future__ import annotations
