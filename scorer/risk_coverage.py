@@ -145,9 +145,9 @@ class RiskCoverage:
     needs every loss) and counts those without.
     """
 
-    confidences: array = field(default_factory=lambda: array("d"))
+    confidences: array[float] = field(default_factory=lambda: array("d"))
     misses: bytearray = field(default_factory=bytearray)
-    ndcg_losses: array = field(default_factory=lambda: array("d"))
+    ndcg_losses: array[float] = field(default_factory=lambda: array("d"))
     without_confidence: int = 0
     _curves: dict[str, LossCurve] | None = field(default=None, repr=False, compare=False)
 
