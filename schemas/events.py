@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 MAX_ID_LENGTH = 256
@@ -62,6 +70,38 @@ class RetrievalResult(WireModel):
         default=None, description="Cutoff of recall/precision/hit; the scorer's default if unset."
     )
     timestamp: datetime | None = Field(default=None, description="When the retrieval happened.")
+    scores: Annotated[list[FiniteFloat], Field(max_length=MAX_RANKED)] | None = Field(
+        default=None,
+        description="The retriever's score of each ranked id, parallel to ranked (finite).",
+    )
+    confidence: FiniteFloat | None = Field(
+        default=None,
+        description="How sure the retriever is of this ranking (finite; higher is surer). "
+        "Risk-coverage uses it, else scores[0].",
+    )
+
+    @field_validator("scores")
+    @classmethod
+    def _scores_parallel_to_ranked(
+        cls, scores: list[float] | None, info: ValidationInfo
+    ) -> list[float] | None:
+        """``scores`` holds one score per ranked id (checked only when ``ranked`` is valid)."""
+        ranked = info.data.get("ranked")
+        if scores is not None and ranked is not None and len(scores) != len(ranked):
+            raise ValueError(
+                f"scores has {len(scores)} values but ranked has {len(ranked)} ids "
+                "(give one score per ranked id, or no scores)"
+            )
+        return scores
+
+    def top_confidence(self) -> float | None:
+        """The confidence of this ranking for risk-coverage: ``confidence`` if set,
+        else ``scores[0]`` (the top score), else None."""
+        if self.confidence is not None:
+            return self.confidence
+        if self.scores:
+            return self.scores[0]
+        return None
 
 
 class GoldenQuery(WireModel):
@@ -96,6 +136,11 @@ class ScoredResult(WireModel):
     )
     k: Annotated[int, Field(ge=1, le=MAX_K)]
     retrieval_metrics: RetrievalMetrics
+    confidence: FiniteFloat | None = Field(
+        default=None,
+        description="The result's confidence used by risk-coverage (its confidence, else "
+        "its top score); absent when it had none.",
+    )
     qrels_fingerprint: str = Field(description="Hash of the qrels the result was scored against.")
     scorer_version: str
     scored_at: datetime

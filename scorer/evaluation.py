@@ -15,6 +15,11 @@ Which queries count (trec_eval's rules, with nothing hidden):
   nDCG, MRR and hit are 0 by the conventions, as pytrec_eval, ranx and
   ir-measures also score it.
 
+Each run, and each facet value of it, also gets its risk–coverage block
+(:mod:`scorer.risk_coverage`) under ``riskCoverage``: rankings ordered by their
+confidence, losses ``miss`` and ``ndcgLoss``. A judged query zero-filled by
+``complete`` has no ranking, so no confidence: it counts as ``withoutConfidence``.
+
 Several cutoffs are scored in one pass over the rankings (:func:`evaluate_cutoffs`),
 one :class:`Evaluation` each. Each run also keeps its per-query means (a
 query's rankings averaged, as a JSONL file may hold several), which pair the
@@ -30,6 +35,7 @@ from typing import Any
 
 from scorer.io import Golden, InterleavedRun, Progress, Retrieval, iter_retrievals
 from scorer.metrics import Judgments, MetricValues, score
+from scorer.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.rollup import RunRollup
 from scorer.significance import (
     DEFAULT_ALPHA,
@@ -50,12 +56,15 @@ class ScoredRetrieval:
     query_id: str
     result_id: str | None
     values: MetricValues
+    confidence: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {"runId": self.run_id, "queryId": self.query_id}
         if self.result_id is not None:
             row["resultId"] = self.result_id
         row["retrievalMetrics"] = self.values.as_wire()
+        if self.confidence is not None:
+            row["confidence"] = self.confidence
         return row
 
 
@@ -64,6 +73,7 @@ class RunEvaluation:
     """The rollup of one run and the counts of what it left out."""
 
     rollup: RunRollup = field(default_factory=RunRollup)
+    risk: RunRiskCoverage = field(default_factory=RunRiskCoverage)
     judged_queries: set[str] = field(default_factory=set)
     """Judged query ids this run ranked at least once."""
     per_query: dict[str, list[float]] = field(default_factory=dict)
@@ -73,9 +83,16 @@ class RunEvaluation:
     judged_queries_not_in_run: int = 0
     zero_filled: int = 0
 
-    def add(self, query_id: str, values: Sequence[float], facets: dict[str, str] | None) -> None:
-        """Fold in one scored ranking of ``query_id``."""
+    def add(
+        self,
+        query_id: str,
+        values: MetricValues,
+        facets: dict[str, str] | None,
+        confidence: float | None = None,
+    ) -> None:
+        """Fold in one scored ranking of ``query_id`` (``confidence`` None: it has none)."""
         self.rollup.add(values, facets)
+        self.risk.add(confidence, values, facets)
         sums = self.per_query.get(query_id)
         if sums is None:
             self.per_query[query_id] = [*values, 1]
@@ -92,8 +109,13 @@ class RunEvaluation:
         }
 
     def summary(self) -> dict[str, Any]:
-        """:meth:`RunRollup.summary` plus ``skipped`` (and ``zeroFilled`` when complete)."""
+        """:meth:`RunRollup.summary` plus ``riskCoverage`` (overall and in each facet
+        value's entry), ``skipped`` (and ``zeroFilled`` when complete)."""
         out = self.rollup.summary()
+        out["riskCoverage"] = self.risk.overall.summary()
+        for facet, by_value in out["facets"].items():
+            for value, entry in by_value.items():
+                entry["riskCoverage"] = self.risk.facets[facet][value].summary()
         out["skipped"] = {
             "resultsWithoutQrels": self.results_without_qrels,
             "judgedQueriesNotInRun": self.judged_queries_not_in_run,
@@ -145,6 +167,24 @@ class Evaluation:
             permutations=permutations,
             seed=seed,
         )
+        for comparison in self.comparisons["runs"]:
+            comparison["riskCoverage"] = _aurc_difference(
+                self.runs[comparison["runA"]], self.runs[comparison["runB"]]
+            )
+
+
+def _aurc_difference(a: RunEvaluation, b: RunEvaluation) -> dict[str, Any]:
+    """Loss name -> ``{"a", "b", "delta"}``: each run's AURC over all its own rankings
+    with a confidence, and ``b - a`` (None where a run has none). Not paired and not
+    tested: AURC is not a mean over queries, and two runs' confidences are on scales
+    of their own, so the per-query tests do not carry over."""
+    curves_a, curves_b = a.risk.overall.curves(), b.risk.overall.curves()
+    out: dict[str, Any] = {}
+    for name in LOSSES:
+        aurc_a, aurc_b = curves_a[name].aurc, curves_b[name].aurc
+        delta = None if aurc_a is None or aurc_b is None else aurc_b - aurc_a
+        out[name] = {"a": aurc_a, "b": aurc_b, "delta": delta}
+    return out
 
 
 def as_document(evaluations: Sequence[Evaluation]) -> dict[str, Any]:
@@ -184,7 +224,9 @@ def combine(sources: Sequence[tuple[str, Sequence[Evaluation]]]) -> list[Evaluat
                 into.runs[renamed[run_id]] = run
             if into.results is not None and evaluation.results is not None:
                 into.results.extend(
-                    ScoredRetrieval(renamed[row.run_id], row.query_id, row.result_id, row.values)
+                    ScoredRetrieval(
+                        renamed[row.run_id], row.query_id, row.result_id, row.values, row.confidence
+                    )
                     for row in evaluation.results
                 )
     return combined
@@ -251,10 +293,12 @@ def evaluate_cutoffs(
             if run is None:
                 run = runs[retrieval.run_id] = RunEvaluation()
             values = score(retrieval.ranked, judgments, retrieval.k or k)
-            run.add(query_id, values, facets)
+            run.add(query_id, values, facets, retrieval.confidence)
             run.judged_queries.add(query_id)
             if rows is not None:
-                row = ScoredRetrieval(retrieval.run_id, query_id, retrieval.result_id, values)
+                row = ScoredRetrieval(
+                    retrieval.run_id, query_id, retrieval.result_id, values, retrieval.confidence
+                )
                 rows.append(row)
     for evaluation in evaluations:
         _account_for_missing(golden, evaluation, complete)

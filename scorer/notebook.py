@@ -62,9 +62,11 @@ def evaluate(
     seed: int = DEFAULT_SEED,
 ) -> dict[str, Any]:
     """Score ``run`` against ``qrels``: the document ``scorer eval --format json``
-    prints (``{"k", "runs": {runId: {"count", "metrics", "ci95", "facets", "skipped"}}}``,
-    per cutoff when ``k`` is a list). A DataFrame holding several runs gives their
-    comparisons with the first too (``alpha``, ``permutations``, ``seed``).
+    prints (``{"k", "runs": {runId: {"count", "metrics", "ci95", "facets",
+    "riskCoverage", "skipped"}}}``, per cutoff when ``k`` is a list; a query's
+    highest score is its confidence in ``riskCoverage``, as in a TREC run). A
+    DataFrame holding several runs gives their comparisons with the first too
+    (``alpha``, ``permutations``, ``seed``).
 
     Raises ValueError for a grade that is not an integer, a score that is not a
     finite number, or a DataFrame without the columns it needs.
@@ -183,7 +185,9 @@ def _ranking(run_id: str, query_id: str, docs: list[str], scores: list[float]) -
     for doc_id, value in zip(docs, scores, strict=True):
         if not math.isfinite(value):
             raise ValueError(f"query {query_id}, doc {doc_id}: score is not a finite number")
-    return Retrieval(run_id, query_id, trec_order(docs, scores))
+    # The confidence of risk-coverage: the score ranked first, as in a TREC run.
+    confidence = max(scores) if scores else None
+    return Retrieval(run_id, query_id, trec_order(docs, scores), confidence=confidence)
 
 
 def _rankings_of(run: Run, run_id: str, *, by_run_column: bool) -> Iterator[Retrieval]:

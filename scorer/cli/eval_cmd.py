@@ -33,6 +33,7 @@ from scorer.io import InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
 from scorer.io.runs import COLUMNAR_MIN_BYTES
 from scorer.metrics import METRIC_NAMES
+from scorer.risk_coverage import LOSSES
 from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
 DEFAULT_K = 10
@@ -138,7 +139,9 @@ def eval_command(
 ) -> None:
     """Score each RUN (a TREC run or JSONL results; - reads standard input) against
     QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
-    nDCG@10 per run and per facet.
+    nDCG@10 per run and per facet, and their risk-coverage (AURC, E-AURC of misses
+    and of nDCG loss, rankings ordered by confidence: a TREC run's top score, a
+    JSONL result's confidence or first score).
 
     Means are over the queries with both qrels and a ranking, as trec_eval's;
     what was skipped is reported. With several runs (several files, or several
@@ -299,7 +302,7 @@ def _run_tables(evaluation: Evaluation) -> list[str]:
         for facet, by_value in summary["facets"].items():
             for value, aggregate in by_value.items():
                 table.add_row(facet, value, *_cells(aggregate))
-        blocks.append(table.render() + "\n" + _skipped_line(summary))
+        blocks.append(table.render() + "\n" + _skipped_line(summary) + "\n" + _risk_line(summary))
     return blocks
 
 
@@ -330,7 +333,8 @@ def _comparison_table(evaluation: Evaluation) -> str:
         f"Holm-corrected p < {comparisons['alpha']:g} over the {len(comparisons['runs'])} "
         "comparison(s) with the baseline"
     )
-    return table.render() + "\n" + legend
+    aurc_lines = [_aurc_difference_line(comparison) for comparison in comparisons["runs"]]
+    return "\n".join([table.render(), legend, *aurc_lines])
 
 
 def _per_query_table(evaluation: Evaluation) -> str:
@@ -358,6 +362,34 @@ def _cells(aggregate: dict[str, Any]) -> list[str]:
         # The interval itself, not a half-width: Wilson's is not symmetric about the mean.
         cells.append(f"{mean:.4f} [{low:.3f}, {high:.3f}]")
     return cells
+
+
+def _risk_line(summary: dict[str, Any]) -> str:
+    """One line of the run's risk–coverage: AURC and E-AURC of both losses, and counts."""
+    block = summary["riskCoverage"]
+    if not block["withConfidence"]:
+        return f"risk-coverage: no ranking has a confidence ({block['withoutConfidence']} without)"
+    losses = ", ".join(
+        f"{name} {block[name]['aurc']:.4f} (E-AURC {block[name]['eAurc']:.4f})" for name in LOSSES
+    )
+    return (
+        f"risk-coverage: AURC {losses}; {block['withConfidence']} rankings with a confidence, "
+        f"{block['withoutConfidence']} without"
+    )
+
+
+def _aurc_difference_line(comparison: dict[str, Any]) -> str:
+    """A candidate's AURC minus the baseline's, per loss (a difference, not a test)."""
+    differences = ", ".join(
+        f"{name} {entry['b']:.4f} ({entry['delta']:+.4f})"
+        if entry["delta"] is not None
+        else f"{name} -"
+        for name, entry in comparison["riskCoverage"].items()
+    )
+    return (
+        f"AURC of {comparison['runB']} (difference with {comparison['runA']}; each run over its "
+        f"own rankings, lower is better, not tested): {differences}"
+    )
 
 
 def _skipped_line(summary: dict[str, Any]) -> str:

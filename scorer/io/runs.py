@@ -55,6 +55,9 @@ class Retrieval:
 
     ``result_id``, ``k`` and ``facets`` come from JSONL results only; ``k`` and
     ``facets`` override the evaluation's default cutoff and the golden set's facets.
+    ``confidence`` ranks the list for risk–coverage: in a TREC run the score of
+    the line ranked first (the highest), in JSONL results the event's
+    ``confidence``, else its ``scores[0]``, else None.
     """
 
     run_id: str
@@ -63,6 +66,7 @@ class Retrieval:
     result_id: str | None = None
     k: int | None = None
     facets: dict[str, str] | None = None
+    confidence: float | None = None
 
 
 class InterleavedRun(Exception):
@@ -128,10 +132,15 @@ def _joined(first: RunBlock, then: RunBlock) -> RunBlock:
     return (first[0], first[1], docs, _float_list(first[3]) + _float_list(then[3]), False)
 
 
-def _ranked(block: RunBlock) -> list[str]:
-    _, _, docs, scores, ordered = block
+def _retrieval(block: RunBlock) -> Retrieval:
+    """The ranking of a block in trec_eval's order; its confidence is the score of
+    the line ranked first, the highest."""
+    run_id, query_id, docs, scores, ordered = block
     docs = _doc_list(docs)
-    return docs if ordered else trec_order(docs, _float_list(scores))
+    if ordered:
+        return Retrieval(run_id, query_id, docs, confidence=float(scores[0]))
+    values = _float_list(scores)
+    return Retrieval(run_id, query_id, trec_order(docs, values), confidence=max(values))
 
 
 def _streamed_trec_run(blocks: Iterator[RunBlock]) -> Iterator[Retrieval]:
@@ -142,7 +151,7 @@ def _streamed_trec_run(blocks: Iterator[RunBlock]) -> Iterator[Retrieval]:
         if key in finished:
             raise InterleavedRun(f"run {run_id}, query {query_id}: lines are not contiguous")
         finished.add(key)
-        yield Retrieval(run_id, query_id, _ranked(block))
+        yield _retrieval(block)
 
 
 def _merged_trec_run(blocks: Iterator[RunBlock]) -> Iterator[Retrieval]:
@@ -151,8 +160,8 @@ def _merged_trec_run(blocks: Iterator[RunBlock]) -> Iterator[Retrieval]:
         key = (block[0], block[1])
         held = merged.get(key)
         merged[key] = block if held is None else _joined(held, block)
-    for (run_id, query_id), block in merged.items():
-        yield Retrieval(run_id, query_id, _ranked(block))
+    for block in merged.values():
+        yield _retrieval(block)
 
 
 def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tuple[int, list[str]]]:
@@ -310,4 +319,5 @@ def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator
                     result_id=result.result_id,
                     k=result.k,
                     facets=result.facets,
+                    confidence=result.top_confidence(),
                 )

@@ -1,0 +1,203 @@
+"""Risk–coverage of retrieval (selective retrieval): AURC, optimal AURC, E-AURC.
+
+If the system answered only when retrieval was confident, what share of the
+traffic would it serve (coverage) and how often would retrieval fail on it
+(selective risk)? Pinned in DESIGN.md ("Risk–coverage"); Geifman & El-Yaniv
+(2017) for selective risk, Geifman, Uziel & El-Yaniv (2019) for AURC and E-AURC.
+
+For the ``n`` results that have a confidence, sorted by confidence, highest
+first, with loss ``l_j`` in [0, 1]:
+
+- coverage ``c = i / n`` and selective risk ``r(i) = (l_1 + ... + l_i) / i``;
+- **ties by expectation**: results of equal confidence are one group, and at
+  any ``i`` inside a group the losses counted from it are ``(i - results
+  before the group) x (the group's mean loss)``, the mean over every order of
+  the group, so no input order changes a number;
+- ``AURC = (1/n) x (r(1) + ... + r(n))``; the **optimal AURC** is the same with
+  the losses sorted ascending (a confidence that orders them perfectly);
+  ``E-AURC = AURC - optimal AURC``. All in [0, 1]; lower is better.
+
+Two losses per result: ``miss = 1 - hitAtK`` and ``ndcgLoss = 1 - ndcgAt10``.
+A result without a confidence is counted (``withoutConfidence``) and left out.
+
+Exact up to floating point, and the same in any input order: every loss is
+kept; the loss sums grow one loss at a time in confidence order, except inside
+a tie group of unequal losses, whose sum is ``math.fsum`` (correctly rounded);
+the sum of the ``r(i)`` is ``math.fsum`` too. A confidence that sorts the
+losses perfectly goes through the very operations of the optimum, so its
+E-AURC is exactly 0. AURC >= optimal AURC holds mathematically; rounding could
+put AURC an ulp under an optimum within rounding of it, so E-AURC is clamped
+at 0, and every value at [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, groupby, islice
+from operator import eq, truediv
+from typing import Any
+
+from scorer.metrics import MetricValues
+
+LOSSES = ("miss", "ndcgLoss")
+"""Wire names of the two losses, in the order :meth:`RiskCoverage.add` takes them."""
+
+CURVE_STEPS = 100
+"""The curve has a point at the first result and at every 1/CURVE_STEPS of
+coverage: at most CURVE_STEPS + 1 points (every point when n <= CURVE_STEPS)."""
+
+
+def curve_positions(n: int, steps: int = CURVE_STEPS) -> list[int]:
+    """The ``i`` (1..n) at which the curve is reported: 1, and the smallest ``i``
+    with ``i / n >= j / steps`` for ``j = 1..steps``; all of 1..n when ``n <= steps``."""
+    if n <= 0:
+        return []
+    return sorted({1, *(-(-j * n // steps) for j in range(1, steps + 1))})
+
+
+def _unit(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _prefix_sums(confidences: Sequence[float], losses: Sequence[float]) -> list[float]:
+    """``S(1..n)``: the expected loss sum of the ``i`` most confident results, ties
+    by expectation.
+
+    Losses are added one at a time in confidence order, except inside a tie group
+    of unequal losses, where ``S`` grows by the group's mean (its sum by
+    ``math.fsum``, so in any input order). A group of equal losses is walked one
+    loss at a time (its mean is that loss), the way the optimum walks equal
+    losses: a confidence that sorts the losses perfectly then goes through the
+    very same floating-point operations as the optimum, and E-AURC is exactly 0.
+    """
+    order = sorted(range(len(confidences)), key=confidences.__getitem__, reverse=True)
+    ranked = [confidences[index] for index in order]
+    if not any(map(eq, ranked, islice(ranked, 1, None))):
+        return list(accumulate(losses[index] for index in order))  # no ties: the usual case
+    sums: list[float] = []
+    counted = 0.0  # loss sum of the groups before this one
+    for _, members in groupby(order, key=confidences.__getitem__):
+        group = [losses[index] for index in members]
+        if min(group) == max(group):
+            sums.extend(islice(accumulate(group, initial=counted), 1, None))
+            counted = sums[-1]
+            continue
+        total = math.fsum(group)
+        mean = total / len(group)
+        sums.extend(counted + inside * mean for inside in range(1, len(group) + 1))
+        counted += total
+    return sums
+
+
+def _area(sums: list[float], positions: Sequence[int]) -> tuple[float, list[list[float]]]:
+    """``(AURC, [[coverage, risk] at each i of positions])`` from the prefix sums
+    ``S(1..n)``; ``positions`` ascending, within 1..n."""
+    n = len(sums)
+    risks = list(map(truediv, sums, range(1, n + 1)))
+    curve = [[i / n, _unit(risks[i - 1])] for i in positions]
+    return _unit(math.fsum(risks) / n), curve
+
+
+@dataclass(frozen=True, slots=True)
+class LossCurve:
+    """AURC, optimal AURC, E-AURC and the curve of one loss (None when n is 0)."""
+
+    aurc: float | None
+    optimal_aurc: float | None
+    e_aurc: float | None
+    curve: list[list[float]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "aurc": self.aurc,
+            "optimalAurc": self.optimal_aurc,
+            "eAurc": self.e_aurc,
+            "curve": self.curve,
+        }
+
+
+def loss_curve(confidences: Sequence[float], losses: Sequence[float]) -> LossCurve:
+    """The risk–coverage of ``losses`` (each in [0, 1]) ranked by ``confidences``
+    (parallel, finite), with ties by expectation (module docstring).
+
+    The same numbers whatever the order of the pairs. Empty input gives None
+    values and an empty curve.
+    """
+    n = len(confidences)
+    if n != len(losses):
+        raise ValueError(f"{n} confidences but {len(losses)} losses")
+    if n == 0:
+        return LossCurve(None, None, None, [])
+    positions = curve_positions(n)
+    aurc, curve = _area(_prefix_sums(confidences, losses), positions)
+    optimal, _ = _area(list(accumulate(sorted(losses))), ())
+    return LossCurve(aurc, optimal, max(0.0, aurc - optimal), curve)
+
+
+@dataclass(slots=True)
+class RiskCoverage:
+    """The confidences and losses of some results, for their risk–coverage block.
+
+    Keeps every result with a confidence (17 bytes each: the exact optimal AURC
+    needs every loss) and counts those without.
+    """
+
+    confidences: array[float] = field(default_factory=lambda: array("d"))
+    misses: bytearray = field(default_factory=bytearray)
+    ndcg_losses: array[float] = field(default_factory=lambda: array("d"))
+    without_confidence: int = 0
+    _curves: dict[str, LossCurve] | None = field(default=None, repr=False, compare=False)
+
+    def add(self, confidence: float | None, values: MetricValues) -> None:
+        """Fold in one scored result: ``miss = 1 - hitAtK``, ``ndcgLoss = 1 - ndcgAt10``."""
+        self._curves = None
+        if confidence is None:
+            self.without_confidence += 1
+            return
+        self.confidences.append(confidence)
+        self.misses.append(1 - values.hit_at_k)
+        self.ndcg_losses.append(1.0 - values.ndcg_at_10)
+
+    def curves(self) -> dict[str, LossCurve]:
+        """Loss name -> its :class:`LossCurve` (computed once until the next :meth:`add`)."""
+        if self._curves is None:
+            self._curves = {
+                "miss": loss_curve(self.confidences, self.misses),
+                "ndcgLoss": loss_curve(self.confidences, self.ndcg_losses),
+            }
+        return self._curves
+
+    def summary(self) -> dict[str, Any]:
+        """``{"withConfidence", "withoutConfidence", "miss": {"aurc", "optimalAurc",
+        "eAurc", "curve": [[coverage, risk], ...]}, "ndcgLoss": {...}}``."""
+        block: dict[str, Any] = {
+            "withConfidence": len(self.confidences),
+            "withoutConfidence": self.without_confidence,
+        }
+        for name, curve in self.curves().items():
+            block[name] = curve.as_json()
+        return block
+
+
+@dataclass(slots=True)
+class RunRiskCoverage:
+    """A run's risk–coverage, overall and per facet value (as :class:`scorer.rollup.RunRollup`)."""
+
+    overall: RiskCoverage = field(default_factory=RiskCoverage)
+    facets: dict[str, dict[str, RiskCoverage]] = field(default_factory=dict)
+
+    def add(
+        self, confidence: float | None, values: MetricValues, facets: Mapping[str, str] | None
+    ) -> None:
+        """Fold in one scored result under the overall block and each of its facet values."""
+        self.overall.add(confidence, values)
+        if facets:
+            for facet, value in facets.items():
+                by_value = self.facets.setdefault(facet, {})
+                block = by_value.get(value)
+                if block is None:
+                    block = by_value[value] = RiskCoverage()
+                block.add(confidence, values)
