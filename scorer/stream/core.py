@@ -147,6 +147,9 @@ def score_result(
     }
     if result.timestamp is not None:
         document["timestamp"] = result.timestamp.isoformat()
+    confidence = result.top_confidence()
+    if confidence is not None:
+        document["confidence"] = confidence
     return Scored(payload=orjson.dumps(document), values=values, facets=facets)
 
 

@@ -37,6 +37,20 @@ def test_scored_result_matches_the_metric_core_and_the_wire_schema():
     assert document.qrels_fingerprint == core.qrels_fingerprint(GOLDEN.qrels)
 
 
+def test_the_scored_event_carries_the_confidence_it_used():
+    entry = core.golden_entry(GOLDEN)
+    scores = [0.9, 0.5, 0.4, 0.1]
+    by_scores = ScoredResult.model_validate_json(
+        core.score_result(result(scores=scores), entry, 10).payload
+    )
+    given = ScoredResult.model_validate_json(
+        core.score_result(result(scores=scores, confidence=0.3), entry, 10).payload
+    )
+    without = orjson.loads(core.score_result(result(), entry, 10).payload)
+    assert (by_scores.confidence, given.confidence) == (0.9, 0.3)
+    assert "confidence" not in without
+
+
 def test_default_k_applies_when_the_result_sets_none():
     scored = core.score_result(result(), core.golden_entry(GOLDEN), default_k=2)
     assert orjson.loads(scored.payload)["k"] == 2
