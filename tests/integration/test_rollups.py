@@ -88,6 +88,13 @@ def expected_rollups(demo: DemoTraffic, results) -> dict[str, RunRollup]:
     return rollups
 
 
+def without_risk_coverage(document):
+    """``document`` without its ``riskCoverage`` blocks, at any depth."""
+    if isinstance(document, dict):
+        return {k: without_risk_coverage(v) for k, v in document.items() if k != "riskCoverage"}
+    return document
+
+
 def assert_close(got, expected, path="") -> None:
     """Deep equality with floats within 1e-12."""
     if isinstance(expected, dict):
@@ -118,8 +125,10 @@ def test_both_workers_return_the_same_rollup_equal_to_the_files(settings, worker
         status, document = answers[0]
         assert status == 200
         # Same shape and numbers as `scorer eval --format json` for this run...
+        # (Offline adds a risk-coverage block to the run and to each facet value; the
+        # live rollups do not keep one yet: issue 15's live part.)
         keys = ("count", "metrics", "ci95", "facets")
-        expected = {key: offline["runs"][run][key] for key in keys}
+        expected = without_risk_coverage({key: offline["runs"][run][key] for key in keys})
         assert_close({key: document[key] for key in expected}, expected)
         # ...and as a rollup computed here from the files.
         assert_close({key: document[key] for key in expected}, rollup.summary())
