@@ -65,11 +65,11 @@ async def one_rep(
             producer, settings.results_topic, payloads, f"w{workers}-r{rep}", events
         )
 
-        def start_all() -> None:
-            for _ in range(workers):
-                running.append(Worker(settings, workdir).start(ready_timeout=180))
-
-        await asyncio.to_thread(start_all)
+        # Started together, so that they join the group in one rebalance and share the
+        # backlog from the start (one started after the other would find it half done).
+        starting = [Worker(settings, workdir) for _ in range(workers)]
+        running.extend(starting)
+        await asyncio.gather(*(asyncio.to_thread(worker.start, 180) for worker in starting))
         before = await outputs.wait_for_first(ids, timeout=180)
         cpu_before = sum(cpu_seconds(w.process.pid) for w in running if w.process)
         received = await outputs.wait_for(ids, timeout=120 + events / 100)
