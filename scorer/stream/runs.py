@@ -292,19 +292,6 @@ class SeenExpiry:
         return keys
 
 
-def expired_seen(
-    entries: Iterable[tuple[str, Sequence[Any]]], before: float, partition: int | None = None
-) -> list[str]:
-    """Keys of ``seen`` entries recorded before ``before`` (epoch seconds), of the rollup
-    ``partition`` only when given."""
-    expired = []
-    for key, stored in entries:
-        entry = seen_entry(stored)
-        if entry.seen_at < before and (partition is None or entry.partition == partition):
-            expired.append(key)
-    return expired
-
-
 def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:
     """Facets of a record, with values beyond the per-run cap folded into ``other``."""
     capped = {}

@@ -136,11 +136,16 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
     }
 
 
+def expired(entries: dict[str, list], before: float, partition: int = 0) -> list[str]:
+    """What a fresh expiry (a worker just started) finds due in ``entries``."""
+    return runs.SeenExpiry().expired(partition, before, entries.items, entries.get)
+
+
 def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
-    entries = [("a", ["results/0", 1, 0, 10.0, 0]), ("b", ["results/0", 2, 0, 20.0, 0])]
-    assert runs.expired_seen(entries, before=15.0) == ["a"]
-    assert runs.expired_seen(entries, before=10.0) == []
-    assert runs.expired_seen(entries, before=25.0, partition=1) == []
+    entries = {"a": ["results/0", 1, 0, 10.0, 0], "b": ["results/0", 2, 0, 20.0, 0]}
+    assert expired(entries, before=15.0) == ["a"]
+    assert expired(entries, before=10.0) == []
+    assert expired(entries, before=25.0, partition=1) == []
 
 
 def test_pending_contributions_are_due_at_the_size_or_the_age_limit() -> None:
@@ -158,7 +163,7 @@ def test_after_the_window_a_resend_counts_again() -> None:
     is indistinguishable from a new result (documented, SCORER_ROLLUP_DEDUPE_SECONDS)."""
     tables = Tables()
     tables.fold([(record("r1", 0.2), at(5))], now=0.0)
-    for key in runs.expired_seen(list(tables.seen.items()), before=900.0):
+    for key in expired(tables.seen, before=900.0, partition=3):  # Tables folds on 3
         del tables.seen[key]
     batch = tables.fold([(record("r1", 0.2), at(9))], now=901.0)
     assert batch.resent == 0 and tables.count() == 2
