@@ -106,8 +106,6 @@ def create_app(settings: Settings) -> Scorer:
         edge=edge,
         results_topic=app.topic(settings.results_topic, **RAW),
         qrels_topic=app.topic(settings.qrels_topic, **RAW),
-        scored_topic=app.topic(settings.scored_topic, **RAW),
-        deadletter_topic=app.topic(settings.deadletter_topic, **RAW),
         rollup_topic=app.topic(settings.rollup_topic, **RAW),
         expiry_topic=app.topic(
             f"{settings.app_id}-parking-expiry",

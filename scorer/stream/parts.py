@@ -38,7 +38,8 @@ class ParkedCount:
 
 @dataclass
 class StreamParts:
-    """Settings, topics, tables, telemetry and the Faust edge of one worker."""
+    """Settings, topics, tables, telemetry and the Faust edge of one worker (outputs go
+    to topics by name, ``settings.*_topic``: only consumed topics are Faust topics)."""
 
     app: Any
     settings: Settings
@@ -46,8 +47,6 @@ class StreamParts:
     edge: Edge
     results_topic: Any
     qrels_topic: Any
-    scored_topic: Any
-    deadletter_topic: Any
     rollup_topic: Any
     expiry_topic: Any
     qrels_table: Any

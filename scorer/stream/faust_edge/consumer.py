@@ -587,7 +587,7 @@ class GuardedConsumer(AIOKafkaConsumer):
     async def _send_outputs(self, tp: TP, outputs: list[Output]) -> None:
         """Send a batch's outputs straight to Faust's producer (in the transaction of
         their input partition under exactly_once); a record the producer gives up on
-        is reported to ``on_delivery_failed``."""
+        stops the next commit (:meth:`_commit`)."""
         if not outputs:
             return
         send = self.app.producer.send
