@@ -47,7 +47,24 @@ def test_t_test_p_equals_scipy_ttest_rel(pairs: list[tuple[float, float]]) -> No
     expected = stats.ttest_rel(candidate, base).pvalue
     # Differences of ~1e-324 have no variance scipy can compute (nan): not a metric's.
     assume(math.isfinite(expected))
-    assert paired_t_test([b - a for a, b in pairs]) == pytest.approx(expected, abs=1e-12)
+    # scipy's own error reaches ~2e-12 for p near 1 (two pairs, t ~ 5e-6: see the
+    # exact test below, where this module is right to the last digit and scipy is not).
+    assert paired_t_test([b - a for a, b in pairs]) == pytest.approx(expected, abs=1e-10)
+
+
+@pytest.mark.parametrize(
+    "differences",
+    [[1.0, 1e-05 - 1.0], [0.3, -0.1], [2.0, 1.0], [1e-8, 2e-8], [-0.5, 0.25]],
+)
+def test_t_test_p_of_two_pairs_equals_the_cauchy_closed_form(differences: list[float]) -> None:
+    """Two pairs give one degree of freedom: Student's t is then Cauchy, and the
+    two-sided p-value is 1 - 2 atan(|t|) / pi exactly (the first case is the one
+    hypothesis found where scipy 1.x is 1.6e-12 off)."""
+    mean = math.fsum(differences) / 2
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in differences))
+    t = abs(mean) / (sd / math.sqrt(2))
+    expected = 1.0 - 2.0 * math.atan(t) / math.pi
+    assert paired_t_test(differences) == pytest.approx(expected, rel=1e-14, abs=1e-16)
 
 
 def test_t_test_p_equals_scipy_on_a_large_sample() -> None:
