@@ -37,6 +37,7 @@ from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
+from scorer.stream import runs
 from tests.integration.test_worker import wait_for
 from tests.integration.worker_support import Worker, free_port, read_topic
 from tests.support.kafka import settings_for
@@ -267,6 +268,33 @@ def api_run(worker: Worker, run_id: str) -> dict | None:
     return orjson.loads(body) if status == 200 else None
 
 
+def rollup_topic_census(settings: Settings, results: list[RetrievalResult]) -> str:
+    """Where a rollup count went short: per run, the distinct results whose contribution
+    is in the rollup topic (committed, and in all), and the positions of those missing
+    from the committed records (the evidence that tells a lost send from a lost fold)."""
+    census = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        records = read_topic(settings, settings.rollup_topic, lambda _: True, 30, isolation, 3.0)
+        ids: dict[str, set[str]] = {}
+        for record in records:
+            for item in runs.decode_contributions(record.value):
+                ids.setdefault(record.key.decode(), set()).add(item.result_id)
+        census.append((isolation, ids))
+    wanted: dict[str, set[str]] = {}
+    for result in results:
+        wanted.setdefault(result.run_id, set()).add(result.result_id)
+    lines = []
+    for isolation, ids in census:
+        counts = {run: len(ids.get(run, set()) & want) for run, want in wanted.items()}
+        lines.append(f"rollup topic {isolation}: {counts}")
+    committed = census[0][1]
+    for run, want in sorted(wanted.items()):
+        missing = sorted(want - committed.get(run, set()))
+        if missing:
+            lines.append(f"{run}: not in committed contributions: {missing[:20]}")
+    return "; ".join(lines)
+
+
 def assert_rollups_count_each_result_once(
     worker: Worker,
     results: list[RetrievalResult],
@@ -286,7 +314,10 @@ def assert_rollups_count_each_result_once(
         wait_for(counts_match, timeout, "rollup counts")
     except AssertionError:
         got = {run: (api_run(worker, run) or {}).get("count") for run in expected}
-        raise AssertionError(f"rollup counts {got}, expected {dict(expected)}") from None
+        raise AssertionError(
+            f"rollup counts {got}, expected {dict(expected)}; "
+            f"{rollup_topic_census(worker.settings, results)}"
+        ) from None
     time.sleep(2.0)  # a late redelivery would show up now
     qrels = {query.query_id: query.qrels for query in golden}
     for run, count in expected.items():
