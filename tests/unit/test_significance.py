@@ -38,9 +38,7 @@ def reference_randomization(differences: list[float], permutations: int, seed: i
         st.tuples(st.floats(0, 1, allow_subnormal=False), st.floats(0, 1, allow_subnormal=False)),
         min_size=2,
         max_size=300,
-    ).filter(
-        lambda pairs: len({b - a for a, b in pairs}) > 1
-    )
+    ).filter(lambda pairs: len({b - a for a, b in pairs}) > 1)
 )
 def test_t_test_p_equals_scipy_ttest_rel(pairs: list[tuple[float, float]]) -> None:
     base, candidate = zip(*pairs, strict=True)

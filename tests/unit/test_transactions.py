@@ -14,7 +14,7 @@ from typing import Any
 
 from faust.types import TP
 
-from scorer.stream.faust_edge.consumer import Output
+from scorer.stream.faust_edge.consumer import Deliveries, Output
 from scorer.stream.faust_edge.transactions import Transactions
 
 RESULTS = "results"
@@ -33,6 +33,16 @@ class TxnProducer:
 
     def __init__(self) -> None:
         self._txn_manager = TxnManager()
+        self.pending: list[tuple[asyncio.Future, BaseException | None]] = []
+
+    async def flush(self) -> None:
+        """aiokafka's: every record sent so far gets its outcome."""
+        for future, error in self.pending:
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+        self.pending.clear()
 
 
 class Buffer:
@@ -47,12 +57,19 @@ class Producer:
         self._transaction_producers: dict[str, TxnProducer] = {}
         self.buffer = Buffer()
         self.sent: list[tuple[str, bytes | None, str | None]] = []
+        self.failing: dict[str, BaseException] = {}
 
     async def stop_transaction(self, transactional_id: str) -> None:
         self._transaction_producers.pop(transactional_id, None)
 
     async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
+        """Queues the record in its transactional producer; it is delivered at the next
+        flush, or fails there when its topic is in ``failing`` (the broker refused it)."""
         self.sent.append((topic, value, transactional_id))
+        future = asyncio.get_running_loop().create_future()
+        error = self.failing.get(topic)
+        self._transaction_producers[transactional_id].pending.append((future, error))
+        return future
 
 
 class Consumer:
@@ -61,6 +78,15 @@ class Consumer:
         self.assigned = {TP(RESULTS, p) for p in range(2)}
         self.commits: list[dict[TP, int]] = []
         self.transactions = TransactionManager(self)
+        self.deliveries = Deliveries()
+        self.crashed: BaseException | None = None
+
+    async def undelivered_stops_commit(self) -> bool:
+        """``GuardedConsumer``'s, with the crash recorded."""
+        if self.deliveries.error is None:
+            return False
+        self.crashed = self.deliveries.error
+        return True
 
     def assignment(self) -> set[TP]:
         return self.assigned
@@ -298,6 +324,49 @@ def test_outputs_go_to_the_transaction_of_their_input() -> None:
         return app.producer.sent
 
     assert run(scenario()) == [("scored", b"v", "app-1-1")]
+
+
+def test_a_record_the_broker_refused_stops_the_commit_of_its_transaction() -> None:
+    # aiokafka fails the record's batch and would still commit the transaction without
+    # it (and with its input's offset): the records must have their outcome first.
+    from aiokafka.errors import InvalidTxnState
+
+    from scorer.stream.runs import SourcePosition
+
+    async def scenario(failing: bool) -> tuple[list, BaseException | None]:
+        app = App()
+        transactions = gated(app)
+        if failing:
+            app.producer.failing["rollup"] = InvalidTxnState()
+        await transactions.send(Output("scored", b"k", b"v"), SourcePosition(RESULTS, 1, 7))
+        await transactions.send(Output("rollup", b"r", b"w"), SourcePosition(RESULTS, 1, 7))
+        transactions.processed(TP(RESULTS, 1), 7)
+        await app.consumer.commit()
+        return app.consumer.commits, app.consumer.crashed
+
+    assert run(scenario(failing=False)) == ([{TP(RESULTS, 1): 8}], None)
+    commits, crashed = run(scenario(failing=True))
+    assert commits == []
+    assert isinstance(crashed, InvalidTxnState)
+
+
+def test_ending_the_transactions_commits_what_faust_had_no_offsets_for() -> None:
+    # A revoke ends the transactions; Faust commits only partitions with new acked
+    # offsets, and a kept partition's transaction would cross the rebalance open.
+    async def scenario() -> tuple[bool, list, bool]:
+        app = App()
+        transactions = gated(app)
+        transactions.processed(TP(RESULTS, 0), 4)
+        await app.consumer.commit({TP(RESULTS, 0): 5})
+        transactions.processed(TP(RESULTS, 1), 9)  # not in Faust's acked offsets
+        ended = await transactions.end_transactions()
+        again = await transactions.end_transactions()  # nothing new since
+        return ended, app.consumer.commits, again
+
+    ended, commits, again = run(scenario())
+    assert ended is True
+    assert commits == [{TP(RESULTS, 0): 5}, {TP(RESULTS, 1): 10}]
+    assert again is False
 
 
 def test_at_least_once_passes_everything_through() -> None:

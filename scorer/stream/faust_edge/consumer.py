@@ -104,6 +104,30 @@ class BatchGate(Protocol):
     def processed(self, tp: TP, offset: int) -> None:
         """The records of ``tp`` up to ``offset`` were sent in its open transaction."""
 
+    async def end_transactions(self) -> bool:
+        """Commit and end what the open transactions hold that Faust's commit left
+        open; True if anything was committed."""
+
+
+class Deliveries:
+    """The outcome of every record the worker sends (batch outputs and agent outputs,
+    under either guarantee): a record the producer gave up on is logged and kept, and
+    no commit happens after it (``GuardedConsumer.undelivered_stops_commit``)."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def watch(self, future: Any) -> None:
+        """Watch the delivery future of one record."""
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Any) -> None:
+        if not future.cancelled() and future.exception() is None:
+            return
+        error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+        logger.error("A record was not delivered: %r", error)
+        self.error = error
+
 
 class OpenGate:
     """At-least-once: no transaction to join, and no lock: a batch's offsets are booked
@@ -121,6 +145,9 @@ class OpenGate:
 
     def processed(self, tp: TP, offset: int) -> None:
         pass
+
+    async def end_transactions(self) -> bool:
+        return False
 
 
 async def fetch_batches(
@@ -265,7 +292,14 @@ class GuardedConsumer(AIOKafkaConsumer):
     """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
     before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
     """Run at the start of every commit, between two batches or events."""
-    _undelivered: BaseException | None = None
+    _deliveries: Deliveries | None = None
+
+    @property
+    def deliveries(self) -> Deliveries:
+        """The outcome of every record this consumer's worker sends."""
+        if self._deliveries is None:
+            self._deliveries = Deliveries()
+        return self._deliveries
 
     def _new_consumer_thread(self) -> GuardedConsumerThread:
         return self.Thread(self, loop=self.loop, beacon=self.beacon)
@@ -316,11 +350,22 @@ class GuardedConsumer(AIOKafkaConsumer):
 
     async def commit(self, *args: Any, **kwargs: Any) -> bool:
         """Faust's commit, between two batches (or events, under exactly_once), after
-        the ``before_commit`` hooks."""
+        the ``before_commit`` hooks.
+
+        When Faust ends the transactions (``commit_and_end_transactions``: a revoke,
+        a stop), it commits only those with offsets in its acked lists; the gate then
+        commits every other open transaction that holds processed records, so that
+        none crosses a rebalance open. One that did would be the undoing of a kept
+        partition's table: Faust re-reads its changelog up to the last stable offset
+        (from the start, for a memory store), which reverts the tables to the last
+        commit, while the records of that transaction are not processed again."""
         async with self.gate.lock:
             for hook in self.before_commit:
                 await hook()
-            return await super().commit(*args, **kwargs)
+            committed = await super().commit(*args, **kwargs)
+            if kwargs.get("start_new_transaction", True) is False:
+                committed = await self.gate.end_transactions() or committed
+            return committed
 
     def _new_offset(self, tp: TP) -> int | None:
         acked = self._acked[tp]
@@ -560,10 +605,10 @@ class GuardedConsumer(AIOKafkaConsumer):
                 finally:
                     _current_event.reset(token)
             await self._send_outputs(tp, outputs)
-            if not self.flow_active or app.consumer_generation_id != generation_id:
-                # Revoked while sending: not booked, so processed again (at-least-once
-                # duplicates; under exactly_once the open transaction is aborted).
-                return hand_from
+            # Booked even when the flow stopped while the outputs were sent (a revoke
+            # begins): the revoke's commit waits for this lock, so it commits them
+            # with their outputs; left out, they would be processed again after it,
+            # and their outputs would commit twice.
             offsets = range(hand_from, batch.end)
             self._acked[tp].extend(offsets)
             self._acked_index[tp].update(offsets)
@@ -587,13 +632,13 @@ class GuardedConsumer(AIOKafkaConsumer):
     async def _send_outputs(self, tp: TP, outputs: list[Output]) -> None:
         """Send a batch's outputs straight to Faust's producer (in the transaction of
         their input partition under exactly_once); a record the producer gives up on
-        stops the next commit (:meth:`_commit`)."""
+        stops the next commit (:meth:`delivery_failed`)."""
         if not outputs:
             return
         send = self.app.producer.send
         gate = self.gate
         own = gate.transactional_id(tp)
-        failed = self._delivery_failed
+        watch = self.deliveries.watch
         for output in outputs:
             transactional_id = (
                 own if output.source is None else gate.transactional_id(output.source)
@@ -607,24 +652,27 @@ class GuardedConsumer(AIOKafkaConsumer):
                 output.headers,
                 transactional_id=transactional_id,
             )
-            if transactional_id is None:
-                future.add_done_callback(failed)
+            watch(future)
             if output.on_sent is not None:
                 future.add_done_callback(output.on_sent)
 
-    def _delivery_failed(self, future: Any) -> None:
-        if not future.cancelled() and future.exception() is None:
-            return
-        error = future.exception() if not future.cancelled() else asyncio.CancelledError()
-        logger.error("A record was not delivered: %r", error)
-        self._undelivered = error
+    async def undelivered_stops_commit(self) -> bool:
+        """True, with the worker crashed, when a record it sent was not delivered.
+
+        Called once every send before the commit has its outcome: a commit would
+        otherwise book the offsets of the input that produced the record (under
+        at-least-once), or commit the transaction without it (under exactly_once:
+        aiokafka fails the record's batch but still commits the transaction). The
+        crash leaves the input uncommitted, so the next owner processes it again."""
+        error = self.deliveries.error
+        if error is None:
+            return False
+        await self.crash(error)
+        return True
 
     async def _commit(self, offsets: Mapping[TP, int]) -> bool:
         """At-least-once commit (Faust has just flushed the producer, so every output
-        of the batches in ``offsets`` has its outcome): a record the producer gave
-        up on stops the worker instead of being committed past."""
-        error = self._undelivered
-        if error is not None:
-            await self.crash(error)
+        of the batches in ``offsets`` has its outcome)."""
+        if await self.undelivered_stops_commit():
             return False
         return await super()._commit(offsets)

@@ -105,6 +105,21 @@ class Transactions:
         if producer is not None:
             self._processed[tp] = (producer, offset)
 
+    async def end_transactions(self) -> bool:
+        """Commit, without starting new ones, the transactions that hold processed
+        records Faust's own commit left out (it commits only the partitions with new
+        offsets in its acked lists): see ``GuardedConsumer.commit``."""
+        merged = self._with_processed({})
+        if not merged:
+            return False
+        logger.info(
+            "Committing the open transactions Faust's commit left: %s",
+            ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(merged.items())),
+        )
+        return bool(
+            await self.app.consumer.transactions.commit(merged, start_new_transaction=False)
+        )
+
     def _transactional_id(self, topic: str, partition: int) -> str:
         """Faust's transactional id of an input partition."""
         group = self.app.assignor.group_for_topic(topic)
@@ -170,6 +185,9 @@ class Transactions:
         ) -> bool:
             await app.producer.buffer.flush()
             merged = self._with_processed(offsets)
+            await self._flush_transactional_producers()
+            if await consumer.undelivered_stops_commit():
+                return False
             committed = await commit_transaction(
                 merged, start_new_transaction=start_new_transaction
             )
@@ -178,6 +196,18 @@ class Transactions:
 
         consumer.transactions.commit = commit_with_processed
         consumer._scorer_guarded = True
+
+    async def _flush_transactional_producers(self) -> None:
+        """Wait for the outcome of every record sent in the open transactions.
+
+        aiokafka's commit waits for them too, but then commits the transaction even
+        when a record's batch failed (a non-retriable produce error), without that
+        record: the failure must be seen before the commit, not after."""
+        producers = getattr(self.app.producer, "_transaction_producers", {})
+        for producer in list(producers.values()):
+            await producer.flush()
+        # The records' done callbacks run after their batch's; let them all run.
+        await asyncio.sleep(0)
 
     def guard_rebalances(self, consumer: Any) -> None:
         """The exactly_once fixes a new consumer needs before its first rebalance:
@@ -310,10 +340,10 @@ class Transactions:
 
         Straight to Faust's producer, not through ``topic.send``: Faust's topic
         path (message futures, send sensors, callbacks) cost the worker about as
-        much CPU per record as the producer itself. Under at-least-once, Faust
-        flushes the producer before every offset commit, so a record is acked by
-        the broker before its input's offset is committed; a record the producer
-        gives up on is logged as an error (as Faust's own path does)."""
+        much CPU per record as the producer itself. Every commit waits for the
+        outcome of the records sent before it (Faust flushes the producer under
+        at-least-once; :meth:`_flush_transactional_producers` under exactly_once),
+        and a record the producer gave up on stops the commit (``Deliveries``)."""
         app = self.app
         transactional_id = (
             self._transactional_id(source.topic, source.partition) if app.in_transaction else None
@@ -327,13 +357,4 @@ class Transactions:
             output.headers,
             transactional_id=transactional_id,
         )
-        if transactional_id is None:
-            future.add_done_callback(self._check_delivered)
-
-    def _check_delivered(self, future: Any) -> None:
-        if future.cancelled():
-            logger.error("A record was not delivered: its send was cancelled")
-            return
-        error = future.exception()
-        if error is not None:
-            logger.error("A record was not delivered: %r", error)
+        app.consumer.deliveries.watch(future)
