@@ -1,6 +1,7 @@
 """DESIGN.md's guarantees under attack: real broker, real worker processes, real SIGKILLs.
 
-- crash: a steady stream of results, the worker SIGKILLed at random moments
+- crash: a steady stream of results, the worker SIGKILLed after a random number
+  of results scored (``CRASH_TEST_SEED`` replays a run; the seed is printed)
   and restarted; nothing is lost, exactly-once shows no duplicate to a
   read_committed consumer, at-least-once duplicates are recognisable, the run
   rollups count each result once, and the qrels table survives;
@@ -16,6 +17,7 @@ docs/operations.md.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
 import subprocess
@@ -344,6 +346,31 @@ CRASH_RATE = 120.0
 KILLS = 3
 
 
+def crash_seed() -> int:
+    """The seed of the kill moments: ``CRASH_TEST_SEED`` to replay a run, else new each
+    run (printed, and named in every failure)."""
+    chosen = os.environ.get("CRASH_TEST_SEED")
+    return int(chosen) if chosen else random.SystemRandom().randrange(2**32)
+
+
+def kill_points(rng: random.Random) -> list[int]:
+    """How many results each incarnation scores before its SIGKILL: the first one a
+    few seconds into the stream, the others anywhere from the backlog that piled up
+    while the worker restarted (scored within a second of the restart) to a few
+    seconds past it."""
+    return [rng.randint(200, 1_200)] + [rng.randint(50, 1_500) for _ in range(KILLS - 1)]
+
+
+def wait_for_scored(worker: Worker, count: int, timeout: float) -> None:
+    """Until this incarnation of ``worker`` has scored ``count`` results."""
+    deadline = time.monotonic() + timeout
+    while outcome(worker, "scored") < count:
+        if time.monotonic() > deadline:
+            scored = outcome(worker, "scored")
+            raise AssertionError(f"scored {scored:.0f} of {count} in {timeout} s")
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
     kafka_bootstrap: str, tmp_path: Path, guarantee: str
@@ -362,22 +389,22 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         load_golden(settings, worker, golden)
         feeder = Feeder(settings, keyed(settings.results_topic, results), rate=CRASH_RATE)
         feeder.start()
-        rng = random.Random(f"crash-{guarantee}")
+        seed = crash_seed()
+        points = kill_points(random.Random(seed))
+        print(f"\n[crash {guarantee}] CRASH_TEST_SEED={seed}: kills after {points} scored")
         recoveries = []
-        time.sleep(rng.uniform(4.0, 12.0))
-        for _ in range(KILLS):
+        for point in points:
+            wait_for_scored(worker, point, 60)
             # This incarnation found every query in the (recovered) qrels table.
             assert worker.metric("scorer_parked_total") == 0
-            assert outcome(worker, "scored") > 0
             sent_at_kill = feeder.sent
-            assert sent_at_kill < CRASH_RESULTS, "every kill happens mid-stream"
+            assert sent_at_kill < CRASH_RESULTS, f"every kill happens mid-stream (seed {seed})"
             killed = time.monotonic()
             worker.stop(signal.SIGKILL)
             worker.start(ready_timeout=120)
             ready = time.monotonic() - killed
             wait_for(lambda: outcome(worker, "scored") > 0, 60, "scoring resumed")
             recoveries.append((sent_at_kill, ready, time.monotonic() - killed))
-            time.sleep(rng.uniform(1.0, 5.0))
         feeder.join_checked(180)
 
         everything = {result.result_id for result in results}
@@ -391,7 +418,10 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         )
         tally = ScoredTally.of(records)
         assert_none_missing(
-            settings, everything, tally, f"; kills (sent at kill, ready s, scoring s): {recoveries}"
+            settings,
+            everything,
+            tally,
+            f"; seed {seed}, kills (sent at kill, ready s, scoring s): {recoveries}",
         )
         assert set(tally.copies) == everything
         tally.assert_copies_agree()
