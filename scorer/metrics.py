@@ -93,16 +93,11 @@ def ideal_dcg(qrels: Mapping[str, int]) -> float:
     return _ideal_dcg([grade for grade in qrels.values() if grade >= 1])
 
 
-def _ideal_dcg(relevant_grades: Iterable[int], cutoff: int = NDCG_CUTOFF) -> float:
-    """DCG of ``relevant_grades`` sorted descending, cut at ``cutoff`` ranks."""
-    log2_ranks = (
-        _LOG2_RANK[:cutoff]
-        if cutoff <= NDCG_CUTOFF
-        else [math.log2(rank + 1) for rank in range(1, cutoff + 1)]
-    )
+def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
+    """DCG of ``relevant_grades`` sorted descending, cut at 10 ranks."""
     total = 0.0
-    # zip stops at the shorter: the cut at ``cutoff`` ranks.
-    for grade, log2_rank in zip(sorted(relevant_grades, reverse=True), log2_ranks, strict=False):
+    # zip stops at the shorter: the cut at 10 ranks.
+    for grade, log2_rank in zip(sorted(relevant_grades, reverse=True), _LOG2_RANK, strict=False):
         total += (_GAINS[grade] if grade < len(_GAINS) else gain(grade)) / log2_rank
     return total
 
@@ -175,21 +170,6 @@ def hit_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> int:
 def mrr(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
     """Reciprocal rank of the first relevant id over the whole list (no cutoff); 0 if none."""
     return retrieval_metrics(ranked, qrels, 1).mrr
-
-
-def ndcg_at_k(ranked: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
-    """nDCG@k with exponential gain, IDCG from every judged relevant id, cut at ``k``."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    seen: set[str] = set()
-    dcg = 0.0
-    for index, doc in enumerate(ranked[:k]):
-        grade = qrels.get(doc, 0)
-        if grade >= 1 and doc not in seen:
-            dcg += gain(grade) / math.log2(index + 2)
-        seen.add(doc)
-    idcg = _ideal_dcg([grade for grade in qrels.values() if grade >= 1], k)
-    return dcg / idcg if idcg > 0 else 0.0
 
 
 def ndcg_at_10(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:

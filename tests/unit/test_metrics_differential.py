@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
-from scorer.metrics import ndcg_at_k, retrieval_metrics
+from scorer.metrics import retrieval_metrics
 
 POOL = [f"d{i}" for i in range(30)]
 TOLERANCE = 1e-12
@@ -56,7 +56,7 @@ def test_agrees_with_pytrec_eval(cases: list[tuple[dict[str, int], list[str]]], 
         qrels, {f"P_{k}", f"recall_{k}", f"success_{k}", "recip_rank"}
     ).evaluate(run)
     graded = pytrec_eval.RelevanceEvaluator(
-        {q: exponential_gains(j) for q, j in qrels.items()}, {f"ndcg_cut.10,{k}"}
+        {q: exponential_gains(j) for q, j in qrels.items()}, {"ndcg_cut.10"}
     ).evaluate(run)
     for i, (query_qrels, ranked) in enumerate(cases):
         q = f"q{i}"
@@ -64,9 +64,6 @@ def test_agrees_with_pytrec_eval(cases: list[tuple[dict[str, int], list[str]]], 
         assert ours.recall_at_k == pytest.approx(binary[q][f"recall_{k}"], abs=TOLERANCE)
         assert ours.precision_at_k == pytest.approx(binary[q][f"P_{k}"], abs=TOLERANCE)
         assert ours.ndcg_at_10 == pytest.approx(graded[q]["ndcg_cut_10"], abs=TOLERANCE)
-        assert ndcg_at_k(ranked, query_qrels, k) == pytest.approx(
-            graded[q][f"ndcg_cut_{k}"], abs=TOLERANCE
-        )
         assert ours.mrr == pytest.approx(binary[q]["recip_rank"], abs=TOLERANCE)
         assert ours.hit_at_k == binary[q][f"success_{k}"]
 
