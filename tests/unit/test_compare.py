@@ -1,0 +1,117 @@
+"""Comparing two runs (scorer.compare): Welch's interval and the paired interval
+against scipy, the win/loss/tie counts against a plain count, and the edge cases
+(too few results or shared queries for an interval)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scipy import stats
+
+from scorer.compare import compare_runs, paired, unpaired, welch_interval
+from scorer.metrics import METRIC_NAMES
+from scorer.rollup import MetricAggregate
+
+
+def aggregate(rows: list[list[float]]) -> MetricAggregate:
+    folded = MetricAggregate()
+    for row in rows:
+        folded.add(row)
+    return folded
+
+
+def random_rows(rng: random.Random, n: int, shift: float) -> list[list[float]]:
+    return [[min(1.0, max(0.0, rng.random() + shift)) for _ in METRIC_NAMES] for _ in range(n)]
+
+
+def test_welch_interval_equals_scipy() -> None:
+    rng = random.Random(11)
+    rows_a, rows_b = random_rows(rng, 40, 0.0), random_rows(rng, 65, 0.1)
+    a, b = aggregate(rows_a), aggregate(rows_b)
+    for index in range(len(METRIC_NAMES)):
+        column_a = [row[index] for row in rows_a]
+        column_b = [row[index] for row in rows_b]
+        expected = stats.ttest_ind(column_b, column_a, equal_var=False).confidence_interval(0.95)
+        low, high = welch_interval(a, b, index)
+        assert low == pytest.approx(expected.low, abs=1e-9)
+        assert high == pytest.approx(expected.high, abs=1e-9)
+
+
+def test_unpaired_reports_each_mean_and_their_difference() -> None:
+    a = aggregate([[0.2] * 5, [0.4] * 5])
+    b = aggregate([[0.5] * 5, [0.7] * 5, [0.9] * 5])
+    body = unpaired(a, b)
+    assert set(body) == set(METRIC_NAMES)
+    recall = body["recallAtK"]
+    assert recall["a"] == pytest.approx(0.3)
+    assert recall["b"] == pytest.approx(0.7)
+    assert recall["delta"] == pytest.approx(0.4)
+    low, high = recall["ci95"]
+    assert low < 0.4 < high
+
+
+def test_no_interval_without_two_results_in_each_run() -> None:
+    a = aggregate([[0.5] * 5])
+    b = aggregate([[0.5] * 5, [0.7] * 5])
+    assert welch_interval(a, b, 0) is None
+    assert unpaired(a, b)["mrr"]["ci95"] is None
+
+
+def test_identical_runs_have_a_zero_width_interval() -> None:
+    a = aggregate([[0.5] * 5, [0.5] * 5])
+    assert welch_interval(a, a, 0) == [0.0, 0.0]
+
+
+def test_paired_interval_equals_scipy_and_counts_wins_losses_ties() -> None:
+    rng = random.Random(5)
+    queries = [f"q{i}" for i in range(50)]
+    per_query_a = {q: [round(rng.random(), 1) for _ in METRIC_NAMES] for q in queries}
+    per_query_b = {
+        q: [round(min(1.0, value + rng.choice([-0.1, 0.0, 0.2])), 1) for value in values]
+        for q, values in per_query_a.items()
+    }
+    per_query_a["only-a"] = [0.0] * len(METRIC_NAMES)  # not shared: left out
+    body = paired(per_query_a, per_query_b)
+    assert body["queries"] == len(queries)
+    for index, name in enumerate(METRIC_NAMES):
+        differences = [per_query_b[q][index] - per_query_a[q][index] for q in queries]
+        result = body["metrics"][name]
+        expected = stats.ttest_rel(
+            [per_query_b[q][index] for q in queries], [per_query_a[q][index] for q in queries]
+        ).confidence_interval(0.95)
+        assert result["delta"] == pytest.approx(sum(differences) / len(differences), abs=1e-12)
+        assert result["ci95"][0] == pytest.approx(expected.low, abs=1e-9)
+        assert result["ci95"][1] == pytest.approx(expected.high, abs=1e-9)
+        assert result["wins"] == sum(d > 0 for d in differences)
+        assert result["losses"] == sum(d < 0 for d in differences)
+        assert result["ties"] == sum(d == 0 for d in differences)
+
+
+def test_paired_without_shared_queries_has_no_delta() -> None:
+    body = paired({"q1": [1.0] * 5}, {"q2": [0.0] * 5})
+    assert body["queries"] == 0
+    assert body["metrics"]["ndcgAt10"] == {
+        "delta": None,
+        "ci95": None,
+        "wins": 0,
+        "losses": 0,
+        "ties": 0,
+    }
+
+
+def test_one_shared_query_has_a_delta_but_no_interval() -> None:
+    body = paired({"q1": [0.25] * 5}, {"q1": [0.75] * 5})
+    assert body["metrics"]["hitAtK"]["delta"] == pytest.approx(0.5)
+    assert body["metrics"]["hitAtK"]["ci95"] is None
+    assert body["metrics"]["hitAtK"]["wins"] == 1
+
+
+def test_compare_runs_body() -> None:
+    a = aggregate([[0.1] * 5, [0.3] * 5])
+    b = aggregate([[0.6] * 5, [0.8] * 5, [1.0] * 5])
+    body = compare_runs(a, b, {"q": [0.2] * 5}, {"q": [0.8] * 5})
+    assert body["countA"] == 2
+    assert body["countB"] == 3
+    assert body["metrics"] == unpaired(a, b)
+    assert body["paired"] == paired({"q": [0.2] * 5}, {"q": [0.8] * 5})
