@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 from scorer.kafka.launcher import start_broker, stop_broker  # noqa: E402
 from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
-from tests.integration.worker_support import Worker, free_port  # noqa: E402
+from tests.support.worker import Worker, free_port  # noqa: E402
 
 PIPELINES = ("pipe", "faust", "scorer", "scorer-eos")
 SCORERS = ("scorer", "scorer-eos")
@@ -182,7 +182,7 @@ def faust_pipeline(
         log = (workdir / "forward.log").open("ab")
         process.append(
             subprocess.Popen(
-                # The log level the scorer runs with here (tests.integration.worker_support):
+                # The log level the scorer runs with here (tests.support.worker):
                 # at warn or above Faust's worker sets the root logger to DEBUG for its
                 # start-up spinner, and every debug call of Faust and aiokafka then
                 # builds a log record (+0.2 ms per event measured, see docs/benchmarks.md).

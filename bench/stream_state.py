@@ -36,7 +36,7 @@ from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.metrics import ideal_dcg  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
 from scorer.stream.core import qrels_fingerprint  # noqa: E402
-from tests.integration.worker_support import Worker  # noqa: E402
+from tests.support.worker import Worker  # noqa: E402
 
 FACETS = {"type": ("factoid", "list", "how-to"), "popularity": ("head", "tail")}
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.integration.worker_support import free_port
+from tests.support.worker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from scorer.kafka.launcher import stop_broker
-from tests.integration.worker_support import SCORER, consume, free_port, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, consume, free_port, worker_env
 
 pytestmark = pytest.mark.integration
 

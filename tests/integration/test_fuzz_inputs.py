@@ -21,8 +21,8 @@ from scorer.kafka.topics import ensure_topics
 from scorer.settings import Settings
 from tests.integration.test_reliability import read_topic
 from tests.integration.test_worker import wait_for
-from tests.integration.worker_support import Worker
 from tests.support.kafka import settings_for
+from tests.support.worker import Worker
 
 pytestmark = pytest.mark.integration
 

@@ -60,8 +60,8 @@ from tests.integration.prom_support import (
     substitute,
     write_targets,
 )
-from tests.integration.worker_support import SCORER, Worker, consume, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, Worker, consume, worker_env
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 from schemas import GoldenQuery, RetrievalResult
 from scorer.kafka.topics import ensure_topics
 from tests.integration.test_worker import produce
-from tests.integration.worker_support import Worker, consume
 from tests.support.kafka import settings_for
+from tests.support.worker import Worker, consume
 
 pytestmark = pytest.mark.integration
 

@@ -41,8 +41,8 @@ from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from scorer.stream import runs
 from tests.integration.test_worker import wait_for
-from tests.integration.worker_support import Worker, free_port, read_topic
 from tests.support.kafka import settings_for
+from tests.support.worker import Worker, free_port, read_topic
 
 pytestmark = pytest.mark.integration
 

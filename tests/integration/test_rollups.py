@@ -16,8 +16,8 @@ from scorer.metrics import METRIC_NAMES, retrieval_metrics
 from scorer.rollup import RunRollup
 from scorer.settings import Settings
 from tests.integration.test_worker import offline_eval, wait_for, write_jsonl
-from tests.integration.worker_support import SCORER, Worker, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, Worker, worker_env
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,8 @@ from tests.integration.test_reliability import (
     read_topic,
     scored_ids,
 )
-from tests.integration.worker_support import SCORER, Worker, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, Worker, worker_env
 
 pytestmark = pytest.mark.integration
 

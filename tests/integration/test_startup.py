@@ -32,8 +32,8 @@ from tests.integration.test_reliability import (
     load_golden,
     scored_ids,
 )
-from tests.integration.worker_support import Worker, read_topic
 from tests.support.kafka import settings_for
+from tests.support.worker import Worker, read_topic
 
 pytestmark = pytest.mark.integration
 

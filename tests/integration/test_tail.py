@@ -15,8 +15,8 @@ from schemas import RetrievalMetrics, ScoredResult
 from scorer.kafka.topics import ensure_topics
 from scorer.settings import Settings
 from scorer.stream.core import RejectedEvent, deadletter_headers
-from tests.integration.worker_support import SCORER, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, worker_env
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from scorer.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
-from tests.integration.worker_support import SCORER, Worker, consume, worker_env
 from tests.support.kafka import settings_for
+from tests.support.worker import SCORER, Worker, consume, worker_env
 
 pytestmark = pytest.mark.integration
 

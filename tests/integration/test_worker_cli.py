@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from scorer.kafka.topics import ensure_topics
-from tests.integration.worker_support import Worker
 from tests.support.kafka import settings_for
+from tests.support.worker import Worker
 
 pytestmark = pytest.mark.integration
 
