@@ -384,6 +384,24 @@ def batch_consumer(
     return consumer, seen
 
 
+def test_an_output_goes_to_the_transaction_of_the_input_that_produced_it() -> None:
+    # Agents send through the same path: an event's output in its partition's
+    # transaction, a rollup record in the transaction of the results it holds.
+    consumer, _ = batch_consumer(StandInGate())
+    outputs = [
+        Output("scored", b"q", b"scored"),
+        Output("rollup", b"run", b"rollup", source=RESULTS[0]),
+    ]
+    asyncio.run(consumer.send_outputs(RESULTS[1], outputs))
+    assert consumer.app.producer.sent == [
+        ("scored", b"scored", None, "app-1-1"),
+        ("rollup", b"rollup", None, "app-1-0"),
+    ]
+    at_least_once, _ = batch_consumer()
+    asyncio.run(at_least_once.send_outputs(RESULTS[1], outputs))
+    assert [sent[3] for sent in at_least_once.app.producer.sent] == [None, None]
+
+
 def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> None:
     consumer, seen = batch_consumer()
     consumer.ledger.started(RESULTS[0], 0)

@@ -14,7 +14,7 @@ from typing import Any
 
 from faust.types import TP
 
-from scorer.stream.faust_edge.consumer import Deliveries, Output
+from scorer.stream.faust_edge.consumer import Deliveries
 from scorer.stream.faust_edge.transactions import Transactions
 
 RESULTS = "results"
@@ -314,18 +314,6 @@ def test_a_commit_waits_for_the_event_in_hand() -> None:
     assert run(scenario()) == ["event starts", "event ends", "committed"]
 
 
-def test_outputs_go_to_the_transaction_of_their_input() -> None:
-    from scorer.stream.runs import SourcePosition
-
-    async def scenario() -> list:
-        app = App()
-        transactions = gated(app)
-        await transactions.send(Output("scored", b"k", b"v"), SourcePosition(RESULTS, 1, 7))
-        return app.producer.sent
-
-    assert run(scenario()) == [("scored", b"v", "app-1-1")]
-
-
 def test_a_record_the_broker_refused_stops_the_commit_of_its_transaction() -> None:
     # aiokafka fails the record's batch and would still commit the transaction without
     # it (and with its input's offset): the records must have their outcome first.
@@ -338,8 +326,13 @@ def test_a_record_the_broker_refused_stops_the_commit_of_its_transaction() -> No
         transactions = gated(app)
         if failing:
             app.producer.failing["rollup"] = InvalidTxnState()
-        await transactions.send(Output("scored", b"k", b"v"), SourcePosition(RESULTS, 1, 7))
-        await transactions.send(Output("rollup", b"r", b"w"), SourcePosition(RESULTS, 1, 7))
+        source = SourcePosition(RESULTS, 1, 7)
+        for topic, value in (("scored", b"v"), ("rollup", b"w")):
+            future = await app.producer.send(
+                topic, b"k", value, None, None, None,
+                transactional_id=transactions.transactional_id(source),
+            )  # fmt: skip
+            app.consumer.deliveries.watch(future)
         transactions.processed(TP(RESULTS, 1), 7)
         await app.consumer.commit()
         return app.consumer.commits, app.consumer.crashed

@@ -58,8 +58,9 @@ class Edge:
 
     async def send(self, output: Output, source: Any) -> None:
         """Send an agent's output in the transaction of its input partition ``source``
-        (a topic and partition) under exactly_once."""
-        await self.transactions.send(output, source)
+        (a topic and partition) under exactly_once: the batch path's send
+        (``GuardedConsumer.send_outputs``)."""
+        await self.app.consumer.send_outputs(source, [output])
 
     def events(self, stream: Any) -> Any:
         """An agent's events, one at a time between commits (``Transactions.events``)."""

@@ -604,7 +604,7 @@ class GuardedConsumer(AIOKafkaConsumer):
                     outputs = handler(tp, records)
                 finally:
                     _current_event.reset(token)
-            await self._send_outputs(tp, outputs)
+            await self.send_outputs(tp, outputs)
             # Booked even when the flow stopped while the outputs were sent (a revoke
             # begins): the revoke's commit waits for this lock, so it commits them
             # with their outputs; left out, they would be processed again after it,
@@ -629,10 +629,15 @@ class GuardedConsumer(AIOKafkaConsumer):
             await self.commit()
         return None
 
-    async def _send_outputs(self, tp: TP, outputs: list[Output]) -> None:
-        """Send a batch's outputs straight to Faust's producer (in the transaction of
-        their input partition under exactly_once); a record the producer gives up on
-        stops the next commit (:meth:`delivery_failed`)."""
+    async def send_outputs(self, tp: TP, outputs: list[Output]) -> None:
+        """Send the outputs of input partition ``tp`` (a batch's, or an agent's event's)
+        straight to Faust's producer, each in the transaction of its input partition
+        (``Output.source``, else ``tp``) under exactly_once; a record the producer
+        gives up on stops the next commit (``Deliveries``).
+
+        Not through ``topic.send``: Faust's topic path (message futures, send
+        sensors, callbacks) cost the worker about as much CPU per record as the
+        producer itself."""
         if not outputs:
             return
         send = self.app.producer.send

@@ -12,8 +12,9 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
 - Faust's ``topic.send`` picks the transaction of the *destination*
   partition: records for topics the worker does not consume (scored, dead
   letters) would go out outside any transaction, and rollup records (keyed by
-  run id) in another partition's transaction. :meth:`Transactions.send` puts
-  a record in the transaction of the input that produced it.
+  run id) in another partition's transaction. The worker's one send path
+  (``GuardedConsumer.send_outputs``) puts a record in the transaction of the
+  input that produced it (:meth:`Transactions.transactional_id`).
 - After a rebalance (every start is one) Faust resumes the input partitions
   *before* it seeks them to their committed offsets, so the first events are
   processed, then fetched again from the committed offset. Faust drops the
@@ -62,8 +63,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-
-from scorer.stream.faust_edge.consumer import Output
 
 logger = logging.getLogger(__name__)
 
@@ -333,28 +332,3 @@ class Transactions:
                 # Only once the agent asks for the next one: the event's records are sent.
                 if producer is not None:
                     processed[tp] = (producer, offset)
-
-    async def send(self, output: Output, source: Any) -> None:
-        """Send a record that an input event of ``source`` (a topic and partition)
-        produced, in the transaction of that input partition under exactly_once.
-
-        Straight to Faust's producer, not through ``topic.send``: Faust's topic
-        path (message futures, send sensors, callbacks) cost the worker about as
-        much CPU per record as the producer itself. Every commit waits for the
-        outcome of the records sent before it (Faust flushes the producer under
-        at-least-once; :meth:`_flush_transactional_producers` under exactly_once),
-        and a record the producer gave up on stops the commit (``Deliveries``)."""
-        app = self.app
-        transactional_id = (
-            self._transactional_id(source.topic, source.partition) if app.in_transaction else None
-        )
-        future = await app.producer.send(
-            output.topic,
-            output.key,
-            output.value,
-            None,  # partition: the destination topic's partitioner decides
-            None,  # timestamp: now
-            output.headers,
-            transactional_id=transactional_id,
-        )
-        app.consumer.deliveries.watch(future)
