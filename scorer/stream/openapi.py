@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from schemas.events import MAX_ID_LENGTH
 from scorer import __version__
 from scorer.metrics import METRIC_NAMES
 
@@ -53,7 +54,7 @@ _RUN_ID = {
     "name": "runId",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH},
 }
 _DELTA = {
     "type": "object",

@@ -46,7 +46,8 @@ from scorer.metrics import MetricValues
 
 ALL = "all"
 OTHER = "other"
-METRIC_SERIES = ("recall_at_k", "precision_at_k", "ndcg_at_10", "mrr", "hit_at_k")
+METRIC_SERIES = MetricValues._fields
+"""The Prometheus series of the five metrics: the snake_case names of ``MetricValues``."""
 METRIC_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import SameNode
 from faust.web import Request, Response, View
 
+from schemas.events import MAX_ID_LENGTH
 from scorer.compare import compare_runs
 from scorer.kafka.topics import missing_topics
 from scorer.rollup import MetricAggregate
@@ -25,7 +26,6 @@ from scorer.stream import runs
 from scorer.stream.openapi import OPENAPI
 
 API = "/api/v1/evals/runs"
-MAX_RUN_ID_LENGTH = 256
 RECHECK_MISSING_SECONDS = 5.0
 """How often the input topics are looked up while one is missing (or unknown)..."""
 RECHECK_PRESENT_SECONDS = 60.0
@@ -96,8 +96,8 @@ def is_ready(app: faust.App, inputs: InputTopics | None = None) -> tuple[bool, s
 
 def run_id_problem(run_id: str) -> str | None:
     """Why ``run_id`` cannot be a run id (the wire's bounds), or None."""
-    if not run_id or len(run_id) > MAX_RUN_ID_LENGTH:
-        return f"run id must be 1 to {MAX_RUN_ID_LENGTH} characters"
+    if not run_id or len(run_id) > MAX_ID_LENGTH:
+        return f"run id must be 1 to {MAX_ID_LENGTH} characters"
     if any(not ch.isprintable() for ch in run_id):
         return "run id must not contain control characters"
     return None
