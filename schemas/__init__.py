@@ -7,6 +7,7 @@ from schemas.events import (
     RetrievalResult,
     ScoredResult,
     WireModel,
+    describe_validation_error,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "RetrievalResult",
     "ScoredResult",
     "WireModel",
+    "describe_validation_error",
 ]

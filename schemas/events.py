@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     FiniteFloat,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -28,6 +29,20 @@ MAX_FACETS = 16
 MAX_FACET_KEY_LENGTH = 64
 MAX_FACET_VALUE_LENGTH = 128
 MAX_K = 1000
+
+
+def describe_validation_error(error: ValidationError, whole: str = "") -> str:
+    """The first problem validation found, as one line ``field: message`` (plus how
+    many more); ``whole`` names the object when the problem is not in one field."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"]) or whole
+    text = f"{where}: {first['msg']}" if where else first["msg"]
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more)"
+    return text
+
+
 MIN_GRADE = 0
 MAX_GRADE = 3
 

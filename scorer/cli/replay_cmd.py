@@ -16,10 +16,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from schemas import GoldenQuery, RetrievalResult
+from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from schemas.events import MAX_RANKED
 from scorer.io import FileKind, InputError, detect_kind, iter_retrievals, read_golden
-from scorer.io.qrels import describe_validation_error
 from scorer.stream.core import RejectedEvent, decode_golden, decode_result
 
 

@@ -16,7 +16,7 @@ from scorer.io.detect import FileKind, detect_kind, open_binary, open_text
 from scorer.io.errors import InputError
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
+    pass
 
 COLUMNAR_MIN_BYTES = 16 << 20
 """Qrels files smaller than this (16 MiB) are read line by line, without pyarrow
@@ -139,7 +139,7 @@ def read_golden_jsonl(path: Path) -> Golden:
     """
     from pydantic import ValidationError
 
-    from schemas import GoldenQuery
+    from schemas import GoldenQuery, describe_validation_error
 
     golden: Golden = {}
     first_line: dict[str, int] = {}
@@ -169,14 +169,3 @@ def read_golden_jsonl(path: Path) -> Golden:
     if not golden:
         raise InputError(path, "file is empty (no golden queries)")
     return golden
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """The first problem pydantic found, as ``field: message`` (plus how many more)."""
-    problems = error.errors(include_url=False)
-    first = problems[0]
-    where = ".".join(str(part) for part in first["loc"])
-    text = f"{where}: {first['msg']}" if where else first["msg"]
-    if len(problems) > 1:
-        text += f" (and {len(problems) - 1} more)"
-    return text

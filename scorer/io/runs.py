@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, TextIO
 
 from scorer.io.detect import FileKind, decode_lines, detect_kind, open_binary, open_text
 from scorer.io.errors import InputError
-from scorer.io.qrels import describe_validation_error
 
 if TYPE_CHECKING:
     from scorer.io.columnar import RunBlock
@@ -292,7 +291,7 @@ def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator
     """
     from pydantic import ValidationError
 
-    from schemas import RetrievalResult
+    from schemas import RetrievalResult, describe_validation_error
 
     first_line: dict[str, int] = {}
     with open_text(path) as text:

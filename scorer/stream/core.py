@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import ValidationError
 
-from schemas import GoldenQuery, RetrievalResult
+from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
 from scorer.metrics import METRIC_NAMES, Judgments, MetricValues, ideal_dcg, score
 
@@ -36,13 +36,6 @@ class RejectedEvent(Exception):
         self.message = message
 
 
-def _validation_message(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "event"
-    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
-
-
 def _decode(model: type[Any], value: bytes | None) -> Any:
     if value is None:
         raise RejectedEvent("EmptyValue", "value is null")
@@ -51,7 +44,7 @@ def _decode(model: type[Any], value: bytes | None) -> Any:
     except ValidationError as error:
         kinds = {e["type"] for e in error.errors()}
         error_class = "InvalidJson" if "json_invalid" in kinds else "SchemaViolation"
-        raise RejectedEvent(error_class, _validation_message(error)) from None
+        raise RejectedEvent(error_class, describe_validation_error(error, "event")) from None
     except (ValueError, RecursionError) as error:
         first_line = (str(error).splitlines() or ["undecodable"])[0][:300]
         raise RejectedEvent("InvalidJson", first_line) from None

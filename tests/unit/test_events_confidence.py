@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from schemas import RetrievalResult, ScoredResult
+from schemas import RetrievalResult, ScoredResult, describe_validation_error
 from schemas.events import MAX_RANKED
-from scorer.io.qrels import describe_validation_error
+from scorer.io.errors import InputError
+from scorer.io.runs import iter_results_jsonl
 from scorer.stream.core import RejectedEvent, decode_result, golden_entry, score_result
 
 BASE = '"resultId": "r1", "runId": "v1", "queryId": "q1"'
@@ -83,3 +85,23 @@ def test_scored_result_confidence_is_optional_so_the_live_payload_stays_valid() 
     with_confidence = scored.model_copy(update={"confidence": 0.75})
     assert b'"confidence":0.75' in with_confidence.to_json_bytes()
     assert ScoredResult.model_validate_json(with_confidence.to_json_bytes()).confidence == 0.75
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'{{{BASE}, "ranked": "a"}}',
+        f'{{{BASE}, "ranked": ["a"], "scores": [1.0, 2.0]}}',
+        '{"resultId": "r1", "ranked": ["a"]}',
+    ],
+)
+def test_a_bad_result_is_described_alike_offline_and_live(tmp_path: Path, line: str) -> None:
+    """One description of a bad event: the dead letter's reason is the run file's."""
+    with pytest.raises(RejectedEvent) as live:
+        decode_result(line.encode())
+    path = tmp_path / "run.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as offline:
+        list(iter_results_jsonl(path))
+    assert offline.value.reason == live.value.message
+    assert str(offline.value) == f"{path}:1: {live.value.message}"
