@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
-from scorer.metrics import METRIC_NAMES, Judgments, MetricValues, ideal_dcg, score
+from scorer.metrics import Judgments, MetricValues, ideal_dcg, score
 
 DEADLETTER_HEADER_PREFIX = "x-scorer-"
 
@@ -133,7 +133,7 @@ def score_result(
         "queryId": result.query_id,
         "facets": facets,
         "k": k,
-        "retrievalMetrics": dict(zip(METRIC_NAMES, values, strict=True)),
+        "retrievalMetrics": values.as_wire(),
         "qrelsFingerprint": entry["fingerprint"],
         "scorerVersion": __version__,
         "scoredAt": (now or datetime.now(UTC)).isoformat(),
