@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
-from scorer.metrics import Judgments, MetricValues, ideal_dcg, score
+from scorer.metrics import Judgments, MetricValues, score
 
 DEADLETTER_HEADER_PREFIX = "x-scorer-"
 
@@ -88,18 +88,21 @@ def qrels_fingerprint(qrels: Mapping[str, int]) -> str:
 def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
     """What the qrels table keeps per query: only what scoring needs, precomputed.
 
-    Non-relevant judgments earn nothing, so only grades >= 1 are kept; the ideal
-    DCG and the count of relevant ids are computed once here, not per result.
+    The judgments are prepared as offline (``Judgments.from_qrels``: relevant
+    grades only, the ideal DCG computed once) and stored in their JSON form;
+    :func:`judgments_of` turns an entry back into them without recomputing.
     """
+    judgments = Judgments.from_qrels(golden.qrels)
     return {
-        "grades": {doc: grade for doc, grade in golden.qrels.items() if grade >= 1},
-        "idcg": ideal_dcg(golden.qrels),
+        "grades": dict(judgments.grades),
+        "idcg": judgments.ideal_dcg,
         "facets": dict(golden.facets or {}),
         "fingerprint": qrels_fingerprint(golden.qrels),
     }
 
 
 def judgments_of(entry: Mapping[str, Any]) -> Judgments:
+    """The judgments a qrels table entry holds (see :func:`golden_entry`)."""
     grades = entry["grades"]
     return Judgments(grades=grades, n_relevant=len(grades), ideal_dcg=entry["idcg"])
 

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
-from scorer.metrics import retrieval_metrics
+from scorer.metrics import Judgments, retrieval_metrics
 from scorer.stream import core
 
 GOLDEN = GoldenQuery(
@@ -24,6 +24,13 @@ def test_table_entry_keeps_only_relevant_grades_and_the_ideal_dcg():
     assert entry["grades"] == {"A": 3, "B": 2, "C": 1}
     assert entry["idcg"] == pytest.approx(7 + 3 / 1.584962500721156 + 1 / 2, abs=1e-12)
     assert entry["facets"] == {"type": "factoid", "x": "g"}
+
+
+def test_the_table_entry_holds_the_judgments_offline_scoring_prepares():
+    # One preparation: the entry, after a JSON round trip through the changelog,
+    # gives back exactly what `scorer eval` scores against.
+    stored = orjson.loads(orjson.dumps(core.golden_entry(GOLDEN)))
+    assert core.judgments_of(stored) == Judgments.from_qrels(GOLDEN.qrels)
 
 
 def test_scored_result_matches_the_metric_core_and_the_wire_schema():
