@@ -35,7 +35,12 @@ def scored_output(
     parts.pending.add(
         result.run_id.encode(),
         runs.Contribution(
-            position, result.result_id, result.query_id, list(scored.values), scored.facets
+            position,
+            result.result_id,
+            result.query_id,
+            list(scored.values),
+            scored.facets,
+            result.top_confidence(),
         ),
         started,
     )
