@@ -23,7 +23,7 @@ confidences count as 0.
 
 **Optimal AURC**. For ``miss`` (0 or 1) it is exact from the totals: the optimum
 puts every hit before every miss. For ``ndcgLoss`` a histogram of the losses
-(``LOSS_BINS`` bins on [0, 1], each with count, sum, min and max) stands for
+(``LOSS_BINS`` bins of equal width on [0, 1], each with count and sum) stands for
 the sorted losses, each bin a tie group: exact when each bin holds a single
 loss value (0 and 1, a perfect and a missed ranking, always do), otherwise
 above the exact optimum by less than ``1 / LOSS_BINS``. It is capped at the
@@ -35,9 +35,9 @@ orders the losses perfectly at the buckets' resolution has E-AURC 0.
 lies in an interval :meth:`RiskSketch.bounds` computes (inside a bucket of
 ``c`` results with loss sum ``L``, the ``k`` counted first sum to between
 ``max(0, L - (c - k))`` and ``min(k, L)``); and the exact optimal ``ndcgLoss``
-AURC between the least the histogram allows (inside a bin the ``k`` smallest
-losses sum to at least ``max(k * min, sum - (count - k) * max)``) and its
-ties-in-bins value. The API serves both intervals beside the block. They are
+AURC between the least the histogram allows (inside a bin ``[low, high]`` the
+``k`` smallest losses sum to at least ``max(k * low, sum - (count - k) * high)``)
+and its ties-in-bins value. The API serves both intervals beside the block. They are
 worst cases (every result ordered against its confidence inside its bucket);
 the measured difference on random results is far smaller (docs/metrics.md).
 
@@ -76,6 +76,11 @@ def bucket_key(confidence: float) -> int:
 def _bucket_top(magnitude: int) -> float:
     """The largest confidence magnitude of the buckets ``magnitude`` (either sign)."""
     return math.exp((magnitude - _KEY_OFFSET) * _LOG_GAMMA)
+
+
+def _bin_range(index: int, mean: float) -> tuple[float, float]:
+    """The loss range of a bin, widened to its mean against rounding."""
+    return min(index / LOSS_BINS, mean), max((index + 1) / LOSS_BINS, mean)
 
 
 def _harmonic_tail(n: int) -> float:
@@ -175,7 +180,7 @@ class RiskSketch:
     """A run's risk–coverage in bounded state (module docstring).
 
     ``buckets``: bucket key -> ``[count, miss sum, ndcgLoss sum]``; ``loss_bins``:
-    ndcgLoss bin -> ``[count, sum, min, max]``; ``folded``: once buckets were folded,
+    ndcgLoss bin -> ``[count, sum]``; ``folded``: once buckets were folded,
     the largest magnitude ``abs(key)`` folded into the zero bucket (keys of that
     magnitude or less go to it).
     """
@@ -193,8 +198,7 @@ class RiskSketch:
             return
         miss, ndcg_loss = losses_of(values)
         self._add_to_bucket(bucket_key(confidence), 1, int(miss), ndcg_loss)
-        self._add_to_bin(min(LOSS_BINS - 1, max(0, int(ndcg_loss * LOSS_BINS))),
-                         [1, ndcg_loss, ndcg_loss, ndcg_loss])  # fmt: skip
+        self._add_to_bin(min(LOSS_BINS - 1, max(0, int(ndcg_loss * LOSS_BINS))), 1, ndcg_loss)
         self._collapse()
 
     def _add_to_bucket(self, key: int, count: int, misses: int, ndcg_loss: float) -> None:
@@ -208,15 +212,13 @@ class RiskSketch:
             bucket[1] += misses
             bucket[2] += ndcg_loss
 
-    def _add_to_bin(self, index: int, entry: Sequence[Any]) -> None:
+    def _add_to_bin(self, index: int, count: int, total: float) -> None:
         held = self.loss_bins.get(index)
         if held is None:
-            self.loss_bins[index] = list(entry)
-            return
-        held[0] += entry[0]
-        held[1] += entry[1]
-        held[2] = min(held[2], entry[2])
-        held[3] = max(held[3], entry[3])
+            self.loss_bins[index] = [count, total]
+        else:
+            held[0] += count
+            held[1] += total
 
     def _collapse(self) -> None:
         """Fold the buckets nearest zero into zero's until at most ``max_buckets`` remain."""
@@ -241,8 +243,8 @@ class RiskSketch:
             self._fold(other.folded)
         for key, (count, misses, ndcg_loss) in other.buckets.items():
             self._add_to_bucket(key, count, misses, ndcg_loss)
-        for index, entry in other.loss_bins.items():
-            self._add_to_bin(index, entry)
+        for index, (count, total) in other.loss_bins.items():
+            self._add_to_bin(index, count, total)
         self.without_confidence += other.without_confidence
         self._collapse()
 
@@ -267,10 +269,8 @@ class RiskSketch:
                 g for g in (_Group(n - misses, 0, 0, 0), _Group(misses, misses, 1, 1)) if g.count
             ],
             "ndcgLoss": [
-                _Group(count, total, min(low, total / count), max(high, total / count))
-                for count, total, low, high in (
-                    self.loss_bins[index] for index in sorted(self.loss_bins)
-                )
+                _Group(count, total, *_bin_range(index, total / count))
+                for index, (count, total) in sorted(self.loss_bins.items())
             ],
         }
 
@@ -348,10 +348,7 @@ class RiskSketch:
             return cls()
         return cls(
             buckets={int(key): [int(c), int(m), float(s)] for key, c, m, s in state["buckets"]},
-            loss_bins={
-                int(index): [int(c), float(s), float(low), float(high)]
-                for index, c, s, low, high in state["lossBins"]
-            },
+            loss_bins={int(index): [int(c), float(s)] for index, c, s in state["lossBins"]},
             without_confidence=int(state["withoutConfidence"]),
             folded=state["folded"],
         )
