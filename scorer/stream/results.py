@@ -32,6 +32,7 @@ def scored_output(
     """Score ``result`` against its qrels entry: its scored record, with the run
     rollup contribution queued and the telemetry observed."""
     scored = core.score_result(result, entry, parts.settings.default_retrieval_k)
+    confidence = result.top_confidence()
     parts.pending.add(
         result.run_id.encode(),
         runs.Contribution(
@@ -40,12 +41,12 @@ def scored_output(
             result.query_id,
             list(scored.values),
             scored.facets,
-            result.top_confidence(),
+            confidence,
         ),
         started,
     )
     telemetry = parts.telemetry
-    telemetry.observe_scored(scored.values, scored.facets)
+    telemetry.observe_scored(scored.values, scored.facets, confidence)
     telemetry.latency.observe(time.perf_counter() - started)
     return Output(parts.settings.scored_topic, result.query_id.encode(), scored.payload)
 
