@@ -4,11 +4,15 @@ Queries carry the facets users slice by (``type``, ``popularity``,
 ``dynamism``). Each run is a simulated retriever whose quality depends on the
 facets (tail and fast-changing questions are harder), and a share of the
 traffic asks queries that have no judgments, as production traffic does.
-Deterministic for a given seed.
+Each ranking carries retriever scores, highest first, whose top score (the
+result's confidence for risk–coverage) predicts whether the ranking finds a
+relevant chunk: a retriever worth letting abstain. Deterministic for a given
+seed.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,6 +62,7 @@ class DemoTraffic:
     def results(self, limit: int | None = None) -> Iterator[RetrievalResult]:
         """Results round-robin over the runs; ``limit`` None means forever."""
         rng = random.Random(self.seed + 1)
+        score_rng = random.Random(self.seed + 2)  # apart, so rankings stay as they were
         runs = list(RUNS.items())
         produced = 0
         while limit is None or produced < limit:
@@ -66,20 +71,35 @@ class DemoTraffic:
                 query_id = f"live-{rng.randrange(10**9):09d}"
                 ranked = [f"{query_id}-c{i:03d}" for i in range(10)]
                 facets = {"type": rng.choice(TYPES)}
+                qrels: dict[str, int] = {}
             else:
                 golden = rng.choice(self.golden)
                 query_id = golden.query_id
                 ranked = _ranking(rng, golden, skill, golden.facets or {})
                 facets = None
+                qrels = golden.qrels
             yield RetrievalResult(
                 result_id=f"{run_id}-{produced:09d}",
                 run_id=run_id,
                 query_id=query_id,
                 ranked=ranked,
+                scores=_scores(score_rng, ranked, qrels),
                 facets=facets,
                 timestamp=datetime.now(UTC),
             )
             produced += 1
+
+
+def _scores(rng: random.Random, ranked: list[str], qrels: dict[str, int]) -> list[float]:
+    """Descending scores for ``ranked``: the top one is a noisy logistic of how early the
+    first relevant chunk is (none found: low), rounded to 3 decimals (so some tie)."""
+    first = next((rank for rank, doc in enumerate(ranked) if qrels.get(doc, 0) > 0), None)
+    signal = -2.0 if first is None else 2.5 - 0.5 * first
+    top = round(1.0 / (1.0 + math.exp(-(signal + rng.gauss(0.0, 0.7)))), 3)
+    scores = [top]
+    for _ in ranked[1:]:
+        scores.append(round(scores[-1] * rng.uniform(0.85, 0.99), 6))
+    return scores
 
 
 def _ranking(

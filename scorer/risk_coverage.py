@@ -58,6 +58,12 @@ def curve_positions(n: int, steps: int = CURVE_STEPS) -> list[int]:
     return sorted({1, *(-(-j * n // steps) for j in range(1, steps + 1))})
 
 
+def losses_of(values: MetricValues) -> tuple[int, float]:
+    """The two losses of one scored result, in :data:`LOSSES` order:
+    ``miss = 1 - hitAtK`` and ``ndcgLoss = 1 - ndcgAt10``."""
+    return 1 - values.hit_at_k, 1.0 - values.ndcg_at_10
+
+
 def _unit(value: float) -> float:
     return min(1.0, max(0.0, value))
 
@@ -157,9 +163,10 @@ class RiskCoverage:
         if confidence is None:
             self.without_confidence += 1
             return
+        miss, ndcg_loss = losses_of(values)
         self.confidences.append(confidence)
-        self.misses.append(1 - values.hit_at_k)
-        self.ndcg_losses.append(1.0 - values.ndcg_at_10)
+        self.misses.append(miss)
+        self.ndcg_losses.append(ndcg_loss)
 
     def curves(self) -> dict[str, LossCurve]:
         """Loss name -> its :class:`LossCurve` (computed once until the next :meth:`add`)."""

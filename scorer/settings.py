@@ -8,6 +8,7 @@ into the state directory is used, then ``localhost:9092``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -23,6 +24,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CONFIDENCE_EDGES = tuple(round(0.05 * step, 2) for step in range(1, 21))
+"""Default upper edges of the confidence buckets of the rolling AURC in Prometheus:
+0.05 to 1.0 (then +Inf), for a confidence that is a probability or a cosine; other
+scales set ``SCORER_RISK_CONFIDENCE_EDGES``."""
 
 DEFAULT_STATE_DIR = Path(".scorer")
 BOOTSTRAP_FILE = Path("kafka") / "bootstrap"
@@ -147,6 +153,24 @@ class Settings(BaseSettings):
 
     facet_allowlist: tuple[str, ...] = ("type", "popularity", "dynamism")
     facet_max_values: int = Field(20, ge=1, le=1000)
+    risk_confidence_edges: tuple[float, ...] = Field(
+        CONFIDENCE_EDGES,
+        min_length=1,
+        max_length=100,
+        description=(
+            "Upper edges of the confidence buckets of the scorer_confidence_* counters "
+            "(the rolling AURC in Prometheus), ascending; a JSON list in the environment."
+        ),
+    )
+
+    @field_validator("risk_confidence_edges")
+    @classmethod
+    def _ascending_edges(cls, edges: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not math.isfinite(edge) for edge in edges) or list(edges) != sorted(set(edges)):
+            raise ValueError(
+                f"risk_confidence_edges must be finite and strictly ascending, got {list(edges)}"
+            )
+        return edges
 
     @field_validator("store")
     @classmethod

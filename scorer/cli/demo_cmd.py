@@ -201,6 +201,7 @@ scorer demo is running (Ctrl-C stops it)
   metrics       {url}/metrics
   run rollup    {url}/api/v1/evals/runs/hybrid-v2/metrics
   compare runs  {url}/api/v1/evals/runs/bm25-v1/compare/hybrid-v2-rerank
+  risk–coverage {url}/api/v1/evals/runs/bm25-v1/risk-coverage
   scored topic  {settings.scored_topic}   dead letters  {settings.deadletter_topic}
   worker log    {log}
 """

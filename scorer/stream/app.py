@@ -89,7 +89,9 @@ def create_app(settings: Settings) -> Scorer:
         topic_allow_declare=True,
         autodiscover=False,
     )
-    telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
+    telemetry = Telemetry(
+        settings.facet_allowlist, settings.facet_max_values, settings.risk_confidence_edges
+    )
     # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     edge = faust_edge.install(
         app,

@@ -77,6 +77,29 @@ _PAIRED = {
 }
 
 
+_INTERVAL_OR_NULL = {"oneOf": [{**_INTERVAL, "description": "[low, high]"}, {"type": "null"}]}
+_LOSS_CURVE = {
+    "type": "object",
+    "description": "One loss's risk–coverage; null values when no result has a confidence.",
+    "properties": {
+        "aurc": {"type": ["number", "null"]},
+        "optimalAurc": {"type": ["number", "null"]},
+        "eAurc": {"type": ["number", "null"]},
+        "curve": {
+            "type": "array",
+            "maxItems": 101,
+            "description": "[coverage, selective risk] points.",
+            "items": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2},
+        },
+    },
+    "required": ["aurc", "optimalAurc", "eAurc", "curve"],
+}
+_BY_LOSS = {
+    "type": "object",
+    "properties": {"miss": _INTERVAL_OR_NULL, "ndcgLoss": _INTERVAL_OR_NULL},
+}
+
+
 def _json(schema: dict[str, Any], description: str, example: Any = None) -> dict[str, Any]:
     media: dict[str, Any] = {"schema": schema}
     if example is not None:
@@ -142,6 +165,73 @@ OPENAPI: dict[str, Any] = {
                     "400": _ERROR,
                     "404": _ERROR,
                     "503": _ERROR,
+                },
+            }
+        },
+        "/api/v1/evals/runs/{runId}/risk-coverage": {
+            "get": {
+                "summary": "Risk–coverage of one run (AURC, optimal AURC, E-AURC, curve)",
+                "description": (
+                    "The `riskCoverage` block of `scorer eval --format json` for the run, "
+                    "computed from a bounded sketch of its confidences (docs/metrics.md): "
+                    "`sketch` gives intervals that hold the exact values. Losses: `miss` "
+                    "= 1 - hitAtK, `ndcgLoss` = 1 - ndcgAt10."
+                ),
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "runId": {"type": "string"},
+                                "withConfidence": {"type": "integer"},
+                                "withoutConfidence": {"type": "integer"},
+                                "miss": _LOSS_CURVE,
+                                "ndcgLoss": _LOSS_CURVE,
+                                "sketch": {
+                                    "type": "object",
+                                    "properties": {
+                                        "relativeAccuracy": {"type": "number"},
+                                        "buckets": {"type": "integer"},
+                                        "maxBuckets": {"type": "integer"},
+                                        "lossBins": {"type": "integer"},
+                                        "zeroWidth": {
+                                            "type": "number",
+                                            "description": "Confidences closer to 0 share "
+                                            "zero's bucket (0 until the bucket cap was hit).",
+                                        },
+                                        "aurcWithin": _BY_LOSS,
+                                        "optimalAurcWithin": _BY_LOSS,
+                                    },
+                                },
+                                "updatedAt": {"type": ["string", "null"], "format": "date-time"},
+                            },
+                            "required": [
+                                "runId",
+                                "withConfidence",
+                                "withoutConfidence",
+                                "miss",
+                                "ndcgLoss",
+                                "sketch",
+                            ],
+                        },
+                        "The run's risk–coverage.",
+                        {
+                            "runId": "hybrid-v2",
+                            "withConfidence": 4,
+                            "withoutConfidence": 0,
+                            "miss": {
+                                "aurc": 0.2708,
+                                "optimalAurc": 0.2083,
+                                "eAurc": 0.0625,
+                                "curve": [[0.25, 0.0], [0.5, 0.25], [0.75, 0.3333], [1.0, 0.5]],
+                            },
+                            "sketch": {"relativeAccuracy": 0.01, "buckets": 3, "maxBuckets": 512},
+                            "updatedAt": "2026-11-30T12:00:00+00:00",
+                        },
+                    ),
+                    "400": _ERROR,
+                    "404": _ERROR,
                 },
             }
         },

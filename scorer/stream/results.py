@@ -32,15 +32,21 @@ def scored_output(
     """Score ``result`` against its qrels entry: its scored record, with the run
     rollup contribution queued and the telemetry observed."""
     scored = core.score_result(result, entry, parts.settings.default_retrieval_k)
+    confidence = result.top_confidence()
     parts.pending.add(
         result.run_id.encode(),
         runs.Contribution(
-            position, result.result_id, result.query_id, list(scored.values), scored.facets
+            position,
+            result.result_id,
+            result.query_id,
+            list(scored.values),
+            scored.facets,
+            confidence,
         ),
         started,
     )
     telemetry = parts.telemetry
-    telemetry.observe_scored(scored.values, scored.facets)
+    telemetry.observe_scored(scored.values, scored.facets, confidence)
     telemetry.latency.observe(time.perf_counter() - started)
     return Output(parts.settings.scored_topic, result.query_id.encode(), scored.payload)
 

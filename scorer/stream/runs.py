@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from scorer.metrics import MetricValues
+from scorer.risk_sketch import RiskSketch
 from scorer.rollup import RunRollup
 
 MAX_FACET_VALUES_PER_RUN = 200
@@ -64,17 +66,21 @@ class Contribution:
     values: list[float]
     """The five metrics, in ``scorer.metrics.METRIC_NAMES`` order."""
     facets: dict[str, str]
+    confidence: float | None = None
+    """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
 
     def to_wire(self) -> list[Any]:
         p = self.position
         return [p.topic, p.partition, p.offset, p.seq, self.result_id, self.query_id,
-                self.values, self.facets]  # fmt: skip
+                self.values, self.facets, self.confidence]  # fmt: skip
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> Contribution:
-        topic, partition, offset, seq, result_id, query_id, values, facets = item
+        """Nine items; eight (written before the confidence was) decode with None."""
+        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = item
+        confidence = rest[0] if rest else None
         return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
-                   values, facets)  # fmt: skip
+                   values, facets, confidence)  # fmt: skip
 
 
 def decode_contributions(raw: bytes) -> list[Contribution]:
@@ -142,7 +148,13 @@ class PendingRollups:
 
 
 def new_run_state() -> dict[str, Any]:
-    return {"rollup": RunRollup().to_state(), "watermarks": {}, "updatedAt": None, "queries": 0}
+    return {
+        "rollup": RunRollup().to_state(),
+        "risk": RiskSketch().to_state(),
+        "watermarks": {},
+        "updatedAt": None,
+        "queries": 0,
+    }
 
 
 def is_duplicate(state: Mapping[str, Any], position: SourcePosition) -> bool:
@@ -183,6 +195,7 @@ class RunBatch:
     resent: int = 0
     """Records dropped because their resultId was already counted in the run."""
     _rollups: dict[bytes, RunRollup] = field(default_factory=dict)
+    _sketches: dict[bytes, RiskSketch] = field(default_factory=dict)
     _changed: set[bytes] = field(default_factory=set)
 
     def add(self, run_key: bytes, item: Contribution) -> bool:
@@ -192,6 +205,7 @@ class RunBatch:
             state = self.load_run(run_key) or new_run_state()
             self.runs[run_key] = state
             self._rollups[run_key] = RunRollup.from_state(state["rollup"])
+            self._sketches[run_key] = RiskSketch.from_state(state.get("risk"))
         position = item.position
         if is_duplicate(state, position):
             self.duplicates += 1
@@ -218,6 +232,7 @@ class RunBatch:
             self.queries[key] = fold_query(tracked, values)
         rollup = self._rollups[run_key]
         rollup.add(values, capped_facets(rollup, item.facets))
+        self._sketches[run_key].add(item.confidence, MetricValues(*values))
         state["watermarks"][position.stream] = [position.offset, position.seq]
         self._changed.add(run_key)
         return True
@@ -228,6 +243,7 @@ class RunBatch:
         for run_key in self._changed:
             state = self.runs[run_key]
             state["rollup"] = self._rollups[run_key].to_state()
+            state["risk"] = self._sketches[run_key].to_state()
             state["updatedAt"] = updated_at
             changed[run_key] = state
         return changed
@@ -330,3 +346,17 @@ def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dic
     document["updatedAt"] = state["updatedAt"]
     document["pairedQueries"] = {"tracked": state["queries"], "limit": max_queries}
     return document
+
+
+def risk_document(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The API's risk–coverage answer for one run: the ``riskCoverage`` block of
+    ``scorer eval --format json`` from the run's sketch, where the exact values lie
+    (``sketch``), and when the run was last updated. A run state from before the
+    sketch existed has an empty one (its results are not in the block)."""
+    sketch = RiskSketch.from_state(state.get("risk"))
+    return {
+        "runId": run_id,
+        **sketch.summary(),
+        "sketch": sketch.bounds(),
+        "updatedAt": state["updatedAt"],
+    }

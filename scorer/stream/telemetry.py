@@ -20,6 +20,15 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   ``scorer_rollup_resent_total``: scored records dropped because their run had
   already counted their resultId (a producer's retry: same result, new offset);
   ``scorer_rollup_seen_ids``: resultIds the rollups remember for that check.
+- ``scorer_confidence_<quantity>_total`` and ``scorer_confidence_<quantity>_above_total``,
+  ``<quantity>`` in ``results``, ``miss``, ``ndcg_loss``, labels ``facet``, ``value``
+  and ``bucket``: per confidence bucket (fixed edges, ``SCORER_RISK_CONFIDENCE_EDGES``;
+  ``bucket`` is the bucket's upper edge, ``+Inf`` for the last), the results with a
+  confidence in the bucket and their summed losses, and the same above the bucket.
+  Counters, so they sum across workers; the recording rules build the rolling
+  AURC of each facet value from them (a bucket is a tie group, as in
+  ``scorer.risk_sketch``). Every bucket of a label pair exists from its first
+  scored result, with or without a confidence.
 - ``scorer_scoring_latency_seconds``: from consuming a result to handing its
   scored record to the producer. ``scorer_result_age_seconds``: from the
   record's Kafka timestamp to scoring (end-to-end delay, lag included).
@@ -39,10 +48,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from scorer.metrics import MetricValues
+from scorer.risk_coverage import losses_of
+from scorer.settings import CONFIDENCE_EDGES
 
 ALL = "all"
 OTHER = "other"
@@ -136,13 +147,83 @@ class MetricHistograms:
         )
 
 
+class ConfidenceCounters:
+    """Per label pair and confidence bucket: results, misses and ndcgLoss summed, in
+    the bucket and above it (``scorer_confidence_*``, module docstring). Counted in
+    plain lists like :class:`MetricHistograms`; the ``above`` counters are summed
+    from the buckets when scraped (they only grow, as the buckets do)."""
+
+    QUANTITIES = ("results", "miss", "ndcg_loss")
+
+    def __init__(self, registry: CollectorRegistry, edges: Iterable[float]) -> None:
+        self._edges = tuple(edges)
+        self._buckets = [floatToGoString(edge) for edge in self._edges] + ["+Inf"]
+        # (facet, value) -> per quantity, the sum in each bucket.
+        self._series: dict[tuple[str, str], list[list[float]]] = {}
+        registry.register(self)
+
+    def observe(
+        self, pair: tuple[str, str], confidence: float | None, values: MetricValues
+    ) -> None:
+        series = self._series.get(pair)
+        if series is None:
+            series = self._series[pair] = [[0.0] * len(self._buckets) for _ in self.QUANTITIES]
+        if confidence is None:
+            return
+        bucket = bisect_left(self._edges, confidence)
+        miss, ndcg_loss = losses_of(values)
+        series[0][bucket] += 1
+        series[1][bucket] += miss
+        series[2][bucket] += ndcg_loss
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [family for name in self.QUANTITIES for family in self._families(name)]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for index, name in enumerate(self.QUANTITIES):
+            inside, above = self._families(name)
+            for pair, series in self._series.items():
+                sums = series[index]
+                higher = 0.0
+                for bucket in range(len(sums) - 1, -1, -1):
+                    labels = [*pair, self._buckets[bucket]]
+                    inside.add_metric(labels, sums[bucket])
+                    above.add_metric(labels, higher)
+                    higher += sums[bucket]
+            yield inside
+            yield above
+
+    @staticmethod
+    def _families(name: str) -> tuple[CounterMetricFamily, CounterMetricFamily]:
+        what = {"results": "Results", "miss": "Misses", "ndcg_loss": "Summed ndcgLoss"}[name]
+        labels = ("facet", "value", "bucket")
+        return (
+            CounterMetricFamily(
+                f"scorer_confidence_{name}",
+                f"{what} of scored results whose confidence is in the bucket, by facet value.",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                f"scorer_confidence_{name}_above",
+                f"{what} of scored results whose confidence is above the bucket, by facet value.",
+                labels=labels,
+            ),
+        )
+
+
 class Telemetry:
     """The worker's Prometheus instruments, in a registry of its own."""
 
-    def __init__(self, facet_allowlist: Iterable[str], facet_max_values: int) -> None:
+    def __init__(
+        self,
+        facet_allowlist: Iterable[str],
+        facet_max_values: int,
+        confidence_edges: Iterable[float] = CONFIDENCE_EDGES,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.facet_labels = FacetLabels(facet_allowlist, facet_max_values)
         self.metric_histograms = MetricHistograms(self.registry)
+        self.confidence_counters = ConfidenceCounters(self.registry, confidence_edges)
         self.results = Counter(
             "scorer_results", "Results by final outcome.", ("outcome",), registry=self.registry
         )
@@ -205,12 +286,17 @@ class Telemetry:
         for topic in ("results", "qrels"):
             self.inputs.labels(topic)
 
-    def observe_scored(self, values: MetricValues, facets: Mapping[str, str]) -> None:
-        """Count one scored result and observe its metrics under each label pair."""
+    def observe_scored(
+        self, values: MetricValues, facets: Mapping[str, str], confidence: float | None = None
+    ) -> None:
+        """Count one scored result and observe its metrics (and its losses by confidence)
+        under each label pair."""
         self.scored.inc()
         observe = self.metric_histograms.observe
+        by_confidence = self.confidence_counters.observe
         for pair in self.facet_labels.label_pairs(facets):
             observe(pair, values)
+            by_confidence(pair, confidence, values)
 
     def count_unjudged(self, n: int = 1) -> None:
         self.results.labels("unjudged").inc(n)

@@ -170,6 +170,17 @@ def register_views(
 
             return await routed(self, request, run_id, local)
 
+    @app.page(API + "/{run_id}/risk-coverage")
+    class RunRiskCoverage(View):
+        async def get(self, request: Request, run_id: str) -> Response:
+            async def local() -> Response:
+                state = rollup_table.get(run_id.encode())
+                if state is None:
+                    return error(self, 404, f"unknown run {run_id!r}")
+                return self.json(runs.risk_document(run_id, state))
+
+            return await routed(self, request, run_id, local)
+
     @app.page(API + "/{run_id}/scores")
     class RunScores(View):
         async def get(self, request: Request, run_id: str) -> Response:

@@ -27,3 +27,29 @@ def test_every_metric_is_described():
     metrics = OPENAPI["paths"]["/api/v1/evals/runs/{runId}/metrics"]["get"]
     example = metrics["responses"]["200"]["content"]["application/json"]["example"]
     assert set(example["metrics"]) == set(METRIC_NAMES)
+
+
+def test_the_document_covers_every_run_route_of_the_worker(tmp_path):
+    import re
+
+    from scorer.settings import Settings
+    from scorer.stream.app import create_app
+
+    app = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path)).app
+    served = {
+        # Faust's {run_id} is the document's {runId}.
+        re.sub(
+            r"\{(\w+)\}", lambda m: "{" + re.sub(r"_(\w)", lambda c: c[1].upper(), m[1]) + "}", path
+        )
+        for path in app.web.views
+        if path.startswith("/api/v1/evals/")
+    }
+    assert served == set(OPENAPI["paths"])
+    assert "/api/v1/evals/runs/{runId}/risk-coverage" in served
+
+
+def test_the_risk_coverage_example_is_the_worked_example_of_the_design():
+    route = OPENAPI["paths"]["/api/v1/evals/runs/{runId}/risk-coverage"]["get"]
+    example = route["responses"]["200"]["content"]["application/json"]["example"]
+    assert example["miss"]["eAurc"] == 0.0625
+    assert set(route["responses"]) == {"200", "400", "404"}

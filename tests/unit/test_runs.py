@@ -233,3 +233,54 @@ def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> 
     expiry.reset()  # a rebalance: filled from the table again
     assert expiry.expired(0, 45.0, entries, table.get) == ["a", "d", "c"]
     assert len(scans) == 2
+
+
+def test_a_contribution_carries_its_confidence_and_old_wire_records_decode_without() -> None:
+    item = Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, confidence=-0.25)
+    assert runs.decode_contributions(orjson.dumps([item.to_wire()])) == [item]
+    # A record written before the confidence was (eight items): None.
+    old = ["results", 0, 4, 0, "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}]
+    assert runs.decode_contributions(orjson.dumps([old])) == [
+        Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, None)
+    ]
+
+
+def confident(result_id: str, confidence: float | None, hit: int, ndcg: float) -> Placed:
+    values = [float(hit), 0.1, ndcg, float(hit), hit]
+    return lambda position: Contribution(position, result_id, "q", values, {}, confidence)
+
+
+def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
+    # DESIGN.md's worked example, one record redelivered and one resent by its producer.
+    example = [
+        confident("r1", 0.9, 1, 1.0),
+        confident("r2", 0.8, 0, 0.0),
+        confident("r3", 0.8, 1, 1.0),
+        confident("r4", 0.1, 0, 0.0),
+        confident("r5", None, 1, 1.0),
+    ]
+    tables = Tables()
+    tables.fold([(make, at(offset)) for offset, make in enumerate(example[:3])])
+    tables.fold([(example[2], at(2)), (example[3], at(3)), (example[4], at(4))])
+    tables.fold([(example[0], at(9))])
+    document = runs.risk_document("run-a", tables.rollups[b"run-a"])
+    assert document["runId"] == "run-a"
+    assert document["updatedAt"] == "t"
+    assert (document["withConfidence"], document["withoutConfidence"]) == (4, 1)
+    for name in ("miss", "ndcgLoss"):
+        assert document[name]["aurc"] == pytest.approx(0.2708333333333333, abs=1e-15)
+        assert document[name]["optimalAurc"] == pytest.approx(0.2083333333333333, abs=1e-15)
+        assert document[name]["eAurc"] == pytest.approx(0.0625, abs=1e-15)
+    assert document["sketch"]["buckets"] == 3
+    assert tables.count() == 5
+
+
+def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
+    tables = Tables()
+    tables.fold([(confident("r1", 0.5, 1, 1.0), at(0))])
+    del tables.rollups[b"run-a"]["risk"]
+    assert runs.risk_document("run-a", tables.rollups[b"run-a"])["withConfidence"] == 0
+    tables.fold([(confident("r2", 0.5, 0, 0.0), at(1))])
+    document = runs.risk_document("run-a", tables.rollups[b"run-a"])
+    assert (document["withConfidence"], document["miss"]["aurc"]) == (1, 1.0)
+    assert tables.count() == 2

@@ -61,3 +61,35 @@ def test_metric_histograms_expose_what_prometheus_client_histograms_would():
             for histogram, value in zip(reference, values, strict=True):
                 histogram.labels(*pair).observe(value)
     assert generate_latest(ours_registry) == generate_latest(reference_registry)
+
+
+def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
+    telemetry = Telemetry(["type"], 10, confidence_edges=(0.25, 0.5, 1.0))
+    # (confidence, hit, nDCG): 0.5 is in the bucket whose upper edge it is; 7.0 in +Inf.
+    for confidence, hit, ndcg in [(0.9, 1, 0.75), (0.5, 0, 0.0), (0.1, 1, 0.5), (7.0, 0, 0.0)]:
+        values = MetricValues(1.0, 0.1, ndcg, 1.0, hit)
+        telemetry.observe_scored(values, {"type": "faq"}, confidence)
+    telemetry.observe_scored(MetricValues(0.0, 0.0, 0.0, 0.0, 0), {"type": "new"})
+
+    def counts(name: str, facet: str, value: str) -> list[float]:
+        labels = {"facet": facet, "value": value}
+        return [
+            telemetry.sample(f"scorer_confidence_{name}_total", {**labels, "bucket": bucket})
+            for bucket in ("0.25", "0.5", "1.0", "+Inf")
+        ]
+
+    assert counts("results", "type", "faq") == [1, 1, 1, 1]
+    assert counts("results_above", "type", "faq") == [3, 2, 1, 0]
+    assert counts("miss", "all", "all") == [0, 1, 0, 1]
+    assert counts("miss_above", "all", "all") == [2, 1, 1, 0]
+    assert counts("ndcg_loss", "type", "faq") == [0.5, 1.0, 0.25, 1.0]
+    assert counts("ndcg_loss_above", "type", "faq") == [2.25, 1.25, 1.0, 0.0]
+    # A result without a confidence creates its pair's series at 0 and counts nowhere.
+    registry_names = {
+        (sample.name, sample.labels.get("value"))
+        for family in telemetry.registry.collect()
+        for sample in family.samples
+    }
+    assert ("scorer_confidence_results_total", "new") in registry_names
+    assert counts("results", "type", "new") == [0, 0, 0, 0]
+    assert counts("results", "all", "all") == [1, 1, 1, 1]
