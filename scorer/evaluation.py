@@ -91,8 +91,8 @@ class RunEvaluation:
         confidence: float | None = None,
     ) -> None:
         """Fold in one scored ranking of ``query_id`` (``confidence`` None: it has none)."""
-        self.rollup.add(values, facets)
-        self.risk.add(confidence, values, facets)
+        counted = self.rollup.add(values, facets)
+        self.risk.add(confidence, values, counted)
         sums = self.per_query.get(query_id)
         if sums is None:
             self.per_query[query_id] = [*values, 1]

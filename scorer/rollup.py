@@ -27,6 +27,11 @@ from typing import Any
 from scorer.metrics import METRIC_NAMES
 from scorer.stats import t_quantile_975, wilson_interval
 
+MAX_FACET_VALUES_PER_RUN = 200
+"""Distinct values kept per facet and run; later ones are counted under ``other``
+(the same rule for ``scorer eval`` and the run API)."""
+OTHER_FACET_VALUE = "other"
+
 __all__ = ["MetricAggregate", "RunRollup", "bounded_interval", "t_quantile_975"]
 
 
@@ -138,16 +143,27 @@ class RunRollup:
     overall: MetricAggregate = field(default_factory=MetricAggregate)
     facets: dict[str, dict[str, MetricAggregate]] = field(default_factory=dict)
 
-    def add(self, values: Sequence[float], facets: Mapping[str, str] | None = None) -> None:
-        """Fold in one result's metrics under the overall total and each of its facet values."""
+    def add(
+        self, values: Sequence[float], facets: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """Fold in one result's metrics under the overall total and each of its facet
+        values; returns the facets as counted (a value past the run's first
+        ``MAX_FACET_VALUES_PER_RUN`` of its facet is counted as ``other``)."""
         self.overall.add(values)
+        counted: dict[str, str] = {}
         if facets:
             for facet, value in facets.items():
                 by_value = self.facets.setdefault(facet, {})
                 aggregate = by_value.get(value)
                 if aggregate is None:
-                    aggregate = by_value[value] = MetricAggregate()
+                    if len(by_value) >= MAX_FACET_VALUES_PER_RUN:
+                        value = OTHER_FACET_VALUE
+                        aggregate = by_value.get(value)
+                    if aggregate is None:
+                        aggregate = by_value[value] = MetricAggregate()
                 aggregate.add(values)
+                counted[facet] = value
+        return counted
 
     def merge(self, other: RunRollup) -> None:
         self.overall.merge(other.overall)

@@ -36,9 +36,6 @@ from scorer.metrics import MetricValues
 from scorer.risk_sketch import RiskSketch
 from scorer.rollup import RunRollup
 
-MAX_FACET_VALUES_PER_RUN = 200
-"""Distinct values kept per facet and run; later ones are folded into ``other``."""
-
 
 @dataclass(frozen=True, slots=True, order=True)
 class SourcePosition:
@@ -231,7 +228,7 @@ class RunBatch:
                 state["queries"] += 1
             self.queries[key] = fold_query(tracked, values)
         rollup = self._rollups[run_key]
-        rollup.add(values, capped_facets(rollup, item.facets))
+        rollup.add(values, item.facets)
         self._sketches[run_key].add(item.confidence, MetricValues(*values))
         state["watermarks"][position.stream] = [position.offset, position.seq]
         self._changed.add(run_key)
@@ -306,17 +303,6 @@ class SeenExpiry:
             if stored is not None and seen_entry(stored).seen_at < before:
                 keys.append(key)
         return keys
-
-
-def capped_facets(rollup: RunRollup, facets: Mapping[str, str]) -> dict[str, str]:
-    """Facets of a record, with values beyond the per-run cap folded into ``other``."""
-    capped = {}
-    for facet, value in facets.items():
-        known = rollup.facets.get(facet, {})
-        if value not in known and len(known) >= MAX_FACET_VALUES_PER_RUN:
-            value = "other"
-        capped[facet] = value
-    return capped
 
 
 def query_key(run_id: str, query_id: str) -> str:

@@ -284,3 +284,38 @@ def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
     document = runs.risk_document("run-a", tables.rollups[b"run-a"])
     assert (document["withConfidence"], document["miss"]["aurc"]) == (1, 1.0)
     assert tables.count() == 2
+
+
+def test_the_facet_cap_is_the_same_offline_and_live() -> None:
+    """One rule in the shared rollup: past 200 values of a facet in a run, the rest
+    count under ``other``, in ``scorer eval``'s document as in the run API's."""
+    from scorer.evaluation import RunEvaluation
+    from scorer.metrics import MetricValues
+    from scorer.rollup import MAX_FACET_VALUES_PER_RUN
+
+    n = MAX_FACET_VALUES_PER_RUN + 25
+    values = MetricValues(1.0, 0.5, 0.25, 1.0, 1)
+    offline = RunEvaluation()
+    tables = Tables()
+    batch = tables.batch()
+    for i in range(n):
+        facets = {"type": f"t{i:03d}", "kind": "one"}
+        offline.add(f"q{i}", values, facets, confidence=0.5)
+        item = Contribution(at(i), f"r{i}", f"q{i}", list(values), facets)
+        batch.add(b"run-a", item)
+    for key, state in batch.finish("t").items():
+        tables.rollups[key] = orjson.loads(orjson.dumps(state))
+    offline_facets = offline.summary()["facets"]
+    live_facets = runs.run_document("run-a", tables.rollups[b"run-a"], 100)["facets"]
+    for facets in (offline_facets, live_facets):
+        assert len(facets["type"]) == MAX_FACET_VALUES_PER_RUN + 1
+        assert facets["type"]["other"]["count"] == n - MAX_FACET_VALUES_PER_RUN
+        assert facets["type"]["t000"]["count"] == 1
+        assert "t210" not in facets["type"]
+        assert facets["kind"]["one"]["count"] == n
+    assert {facet: set(by_value) for facet, by_value in offline_facets.items()} == {
+        facet: set(by_value) for facet, by_value in live_facets.items()
+    }
+    # The risk-coverage block offline follows the same facet values.
+    other = offline_facets["type"]["other"]["riskCoverage"]
+    assert other["withConfidence"] == n - MAX_FACET_VALUES_PER_RUN
