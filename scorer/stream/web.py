@@ -1,4 +1,5 @@
-"""HTTP views of the worker, all read-only: health, readiness and the run API.
+"""HTTP views of the worker, all read-only: health, readiness, the run API and the
+evals page built on it (``/``, also at ``/evals``).
 
 Run endpoints are answered by the worker that owns the run's partition of
 the ``rollups`` table: any other worker forwards the request there (Faust's
@@ -27,6 +28,7 @@ from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import runs
 from scorer.stream.openapi import OPENAPI
+from scorer.stream.page import page_html
 from scorer.stream.run_list import Paging, merge_runs, page_of, run_entry
 
 API = "/api/v1/evals/runs"
@@ -193,6 +195,14 @@ def register_views(
     async def readyz(web: View, request: Request) -> Response:
         ready, reason = is_ready(app, inputs)
         return web.json({"ready": ready, "status": reason}, status=200 if ready else 503)
+
+    @app.page("/")
+    async def evals_page(web: View, request: Request) -> Response:
+        return web.html(page_html())
+
+    @app.page("/evals")
+    async def evals_page_alias(web: View, request: Request) -> Response:
+        return web.html(page_html())
 
     @app.page("/api/v1/openapi.json")
     async def openapi(web: View, request: Request) -> Response:
