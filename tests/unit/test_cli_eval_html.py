@@ -38,7 +38,7 @@ def test_the_html_report_embeds_the_json_document_of_the_same_evaluation(tmp_pat
 
 def test_the_report_is_self_contained_and_reads_no_api_when_a_document_is_embedded():
     html = page_html({"k": 10, "runs": {}})
-    assert "<script src" not in html and "<link" not in html
+    assert "<script src" not in html and 'rel="stylesheet"' not in html
     without_svg_namespace = html.replace('"http://www.w3.org/2000/svg"', "")
     assert "http://" not in without_svg_namespace and "https://" not in html
     assert "offlineSource(JSON.parse(offline))" in html

@@ -27,7 +27,7 @@
       if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
       else element.setAttribute(name, value === true ? "" : String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
       element.append(child instanceof Node ? child : String(child));
     }
@@ -142,14 +142,15 @@
         return {
           runA, runB, countA: run(runA).count, countB: run(runB).count,
           queries: found.queries,
-          note: `A, B and Δ are over the ${found.queries} queries both runs answered ` +
-            `(Student's t interval). Significant: Holm-corrected p < ${comparisons.alpha} ` +
-            "in the paired t-test (*) or the randomization test (†).",
+          note: `A and B are over the ${found.queries} queries both runs answered; ` +
+            "an offline report holds the paired difference only (Student's t interval). " +
+            `Significant: Holm-corrected p < ${comparisons.alpha} in the paired t-test (*) ` +
+            "or the randomization test (†).",
           rows: METRICS.map(([key, label]) => {
             const m = found.metrics[key];
             const marks = (m.tTest.significant ? "*" : "") + (m.randomization.significant ? "†" : "");
             return {
-              key, label, a: m.a, b: m.b, delta: m.delta, ci95: m.ci95,
+              key, label, a: m.a, b: m.b, delta: null, ci95: null,
               pairedDelta: m.delta, pairedCi95: m.ci95,
               wins: m.wins, losses: m.losses, ties: m.ties,
               significant: marks !== "", marks,
@@ -483,6 +484,12 @@
       }
       showProblem("");
     } catch (failure) {
+      if (routeChanged) {
+        state.route = route;
+        state.data = null;
+        state.fingerprint = null;
+        document.getElementById("main").replaceChildren(h("p", {}, h("a", { href: "#/" }, "← all runs")));
+      }
       showProblem(failure.message);
     }
   }
