@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from yarl import URL
+
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -39,6 +41,17 @@ def _whole_number(query: Mapping[str, str], name: str, default: int) -> int:
     if not raw.isdigit():
         raise ValueError(f"{name} must be a whole number >= 0, got {raw!r}")
     return int(raw)
+
+
+def other_hosts(hosts: Iterable[str], here: str) -> list[str]:
+    """The hosts of Faust's table assignment that are not this worker (``here``, its
+    canonical URL), compared by host and port as Faust's router compares them."""
+
+    def ident(url: str) -> tuple[str | None, int | None]:
+        parsed = URL(url)
+        return parsed.host, parsed.port
+
+    return [host for host in hosts if ident(host) != ident(here)]
 
 
 def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:

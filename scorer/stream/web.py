@@ -29,7 +29,7 @@ from scorer.settings import Settings
 from scorer.stream import runs
 from scorer.stream.openapi import OPENAPI
 from scorer.stream.page import page_html
-from scorer.stream.run_list import Paging, merge_runs, page_of, run_entry
+from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
 
 API = "/api/v1/evals/runs"
 RECHECK_MISSING_SECONDS = 5.0
@@ -159,10 +159,6 @@ def register_views(
             if state is not None
         ]
 
-    def same_node(host: str) -> bool:
-        url, here = URL(host), URL(str(app.conf.canonical_url))
-        return (url.host, url.port) == (here.host, here.port)
-
     async def peer_runs(host: str) -> list[dict[str, Any]]:
         url = URL(host).with_path(API).with_query(scope=LOCAL_SCOPE)
         timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_SECONDS)
@@ -175,7 +171,9 @@ def register_views(
         """Every run the cluster holds: this worker's and each other owner's of the
         ``rollups`` table (Faust's assignment), merged. ``OSError`` when an owner
         does not answer (a partial list would silently miss runs)."""
-        hosts = [h for h in app.router.table_metadata(rollup_table.name) if not same_node(h)]
+        hosts = other_hosts(
+            app.router.table_metadata(rollup_table.name), str(app.conf.canonical_url)
+        )
         try:
             answers = await asyncio.gather(*(peer_runs(host) for host in hosts))
         except (TimeoutError, aiohttp.ClientError) as failure:

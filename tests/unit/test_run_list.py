@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from scorer.stream.openapi import OPENAPI
-from scorer.stream.run_list import Paging, merge_runs, page_of, run_entry
+from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
 from scorer.stream.runs import new_run_state
 
 LIST_SCHEMA = OPENAPI["paths"]["/api/v1/evals/runs"]["get"]["responses"]["200"]["content"][
@@ -76,3 +76,10 @@ def test_a_page_has_the_shape_of_the_openapi_document():
     runs = merge_runs([[entry("a", 3, "2026-11-30T10:00:00+00:00"), entry("b", 0, None)]])
     jsonschema.validate(page_of(runs, Paging(limit=1)), LIST_SCHEMA["schema"])
     jsonschema.validate(LIST_SCHEMA["example"], LIST_SCHEMA["schema"])
+
+
+def test_the_other_owners_are_every_assigned_host_but_this_one():
+    hosts = ["http://127.0.0.1:6066", "http://127.0.0.1:6067", "http://10.0.0.5:6066"]
+    assert other_hosts(hosts, "http://127.0.0.1:6066") == hosts[1:]
+    assert other_hosts(["http://127.0.0.1:6066/"], "http://127.0.0.1:6066") == []
+    assert other_hosts([], "http://127.0.0.1:6066") == []
