@@ -236,8 +236,8 @@
   /** The risk–coverage curves of both losses, with axes, grid and a text legend. */
   function riskChart(risk) {
     const width = 520;
-    const height = 320;
-    const margin = { left: 56, right: 16, top: 16, bottom: 74 };
+    const height = 340;
+    const margin = { left: 56, right: 16, top: 16, bottom: 84 };
     const plotWidth = width - margin.left - margin.right;
     const plotHeight = height - margin.top - margin.bottom;
     const highest = Math.max(0, ...LOSSES.flatMap(([loss]) => risk[loss].curve.map((p) => p[1])));
@@ -268,8 +268,8 @@
     LOSSES.map(([loss, label, look], i) => {
       const curve = risk[loss].curve;
       const d = curve.map(([c, r], j) => `${j ? "L" : "M"}${x(c).toFixed(1)},${y(r).toFixed(1)}`).join(" ");
-      const legendY = margin.top + plotHeight + 52 + i * 0;
-      const legendX = margin.left + i * 240;
+      const legendY = margin.top + plotHeight + 54 + i * 18;
+      const legendX = margin.left;
       return svg("g", { class: `loss ${loss}` },
         curve.length ? svg("path", { class: `curve ${loss}`, d, "data-points": curve.length }) : null,
         curve.filter((_, j) => j % step(curve) === 0).map(([c, r]) => marker(loss, x(c), y(r))),
