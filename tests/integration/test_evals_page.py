@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 from selenium import webdriver
 from selenium.common.exceptions import (
     StaleElementReferenceException,
@@ -27,6 +28,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from scorer.cli import main
 from scorer.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import METRIC_NAMES
@@ -35,6 +37,7 @@ from tests.integration.test_rollups import replay
 from tests.integration.test_worker import wait_for, write_jsonl
 from tests.support.kafka import settings_for
 from tests.support.worker import Worker
+from tests.unit.test_cli_eval_html import EMBEDDED
 
 pytestmark = pytest.mark.integration
 
@@ -214,9 +217,10 @@ def test_a_facet_table_sorts_from_the_keyboard(page):
     page.find_element(By.LINK_TEXT, "bm25-v1").send_keys(Keys.ENTER)
     wait(page, "#run-metrics")
     table = page.find_element(By.CSS_SELECTOR, "table[id^=facet-]")
+    table_id = table.get_attribute("id")
     button = table.find_element(By.CSS_SELECTOR, "button[id$=-sort-ndcgAt10]")
-    button.send_keys(Keys.ENTER)
-    table = page.find_element(By.ID, table.get_attribute("id"))
+    button.send_keys(Keys.ENTER)  # the table is drawn again, sorted
+    table = page.find_element(By.ID, table_id)
     header = table.find_element(By.CSS_SELECTOR, "th[aria-sort=descending]")
     assert "nDCG@10" in header.text
     column = [c.text for c in table.find_elements(By.CSS_SELECTOR, "thead th")].index(header.text)
@@ -272,3 +276,34 @@ def test_the_run_list_refreshes_itself_while_runs_are_scored(
         raise AssertionError(f"the list shows {listed_runs(page)}, expected {grown}") from None
     listed = api(workers[1], "/api/v1/evals/runs")["runs"]
     assert listed_runs(page) == [(run["runId"], run["count"]) for run in listed]
+
+
+def test_the_offline_report_of_scorer_eval_renders_without_a_worker(browser, tmp_path):
+    report = tmp_path / "report.html"
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    result = CliRunner().invoke(
+        main,
+        ["eval", str(examples / "qrels.txt"), str(examples / "run.txt"), "--html", str(report)],
+    )
+    assert result.exit_code == 0, result.output
+    (document,) = (orjson.loads(match) for match in EMBEDDED.findall(report.read_text()) if match)
+    browser.get(report.as_uri())
+    wait(browser, "#runs tbody tr")
+    assert listed_runs(browser) == [(run, body["count"]) for run, body in document["runs"].items()]
+    browser.get(report.as_uri() + "#/compare/bm25-v1/hybrid-v2")
+    wait(browser, "#compare-table")
+    (comparison,) = document["comparisons"]["runs"]
+    for name in METRIC_NAMES:
+        row = browser.find_element(By.CSS_SELECTOR, f'#compare-table tr[data-metric="{name}"]')
+        a, b, paired, *_ = row.find_elements(By.CSS_SELECTOR, "td.number[data-value]")
+        expected = comparison["metrics"][name]
+        assert (shown(a), shown(b), shown(paired)) == (
+            expected["a"],
+            expected["b"],
+            expected["delta"],
+        )
+    browser.get(report.as_uri() + "#/run/bm25-v1")
+    path = wait(browser, "#risk-chart path.curve.miss").get_attribute("d")
+    assert path.count("L") == len(document["runs"]["bm25-v1"]["riskCoverage"]["miss"]["curve"]) - 1
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors == []
