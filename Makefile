@@ -18,8 +18,9 @@ run: $(STAMP)
 	$(BIN)/scorer demo
 
 # The integration tests need a broker (they start their own when KAFKA_BOOTSTRAP_SERVERS
-# is unset) and Prometheus (installed here when missing, see prometheus-install).
-test: $(STAMP) prometheus-install
+# is unset), Prometheus and Chromium (installed here when missing, see prometheus-install
+# and chromium-install).
+test: $(STAMP) prometheus-install chromium-install
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -57,6 +58,23 @@ prometheus-check: prometheus-install
 	promtool check config deploy/prometheus/prometheus.yml
 	promtool check config deploy/prometheus/prometheus.local.yml
 	promtool check rules deploy/prometheus/rules/*.yml
+
+# Chromium and its WebDriver from Debian's packages, for the evals page's browser test
+# (tests/integration/test_evals_page.py drives them with Selenium). Idempotent: installs
+# only when chromium or chromedriver is missing.
+.PHONY: chromium-install
+chromium-install:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		echo "chromium present: $$(chromium --version 2>/dev/null | head -n 1)"; \
+	else \
+		echo "chromium or chromedriver missing: installing Debian's chromium and chromium-driver"; \
+		$(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y --no-install-recommends chromium chromium-driver && \
+		command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+			echo "chromium-install: installing failed, or chromium and chromedriver are not on PATH" >&2; \
+			exit 1; }; \
+	fi
 
 # A local Kafka broker (KRaft, Apache Kafka from Maven Central jars; needs Java 17+
 # and Maven) in .scorer/kafka; see docs/kafka.md. `scorer` then finds it by itself.

@@ -167,6 +167,22 @@ def demo_command(
         run_demo(settings, queries, rate, unjudged, bad_share, duration)
 
 
+def where_to_look(url: str, bootstrap: str, settings: Settings, log: Path) -> str:
+    """What the demo prints once the worker is ready: the evals page first."""
+    return f"""
+evals page      {url}/
+scorer demo is running (Ctrl-C stops it)
+  broker        {bootstrap}
+  metrics       {url}/metrics
+  run list      {url}/api/v1/evals/runs
+  run rollup    {url}/api/v1/evals/runs/hybrid-v2/metrics
+  compare runs  {url}/api/v1/evals/runs/bm25-v1/compare/hybrid-v2-rerank
+  risk–coverage {url}/api/v1/evals/runs/bm25-v1/risk-coverage
+  scored topic  {settings.scored_topic}   dead letters  {settings.deadletter_topic}
+  worker log    {log}
+"""
+
+
 def run_demo(
     settings: Settings, queries: int, rate: float, unjudged: float, bad_share: float,
     duration: float | None,
@@ -194,18 +210,7 @@ def run_demo(
             )  # fmt: skip
         url = f"http://{settings.web_host}:{settings.web_port}"
         wait_ready(url, worker, log, timeout=120)
-        click.echo(
-            f"""
-scorer demo is running (Ctrl-C stops it)
-  broker        {bootstrap}
-  metrics       {url}/metrics
-  run rollup    {url}/api/v1/evals/runs/hybrid-v2/metrics
-  compare runs  {url}/api/v1/evals/runs/bm25-v1/compare/hybrid-v2-rerank
-  risk–coverage {url}/api/v1/evals/runs/bm25-v1/risk-coverage
-  scored topic  {settings.scored_topic}   dead letters  {settings.deadletter_topic}
-  worker log    {log}
-"""
-        )
+        click.echo(where_to_look(url, bootstrap, settings, log))
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(
                 with_progress(

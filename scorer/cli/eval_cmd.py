@@ -126,6 +126,14 @@ class Cutoffs(click.ParamType):
     show_default=True,
     help="Seed of the randomization test's sign flips.",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also write the evals page showing this evaluation (the --format json document) "
+    "to this file: one self-contained HTML file, readable offline.",
+)
 def eval_command(
     qrels: Path,
     runs: tuple[str, ...],
@@ -136,6 +144,7 @@ def eval_command(
     alpha: float,
     permutations: int,
     seed: int,
+    html_path: Path | None,
 ) -> None:
     """Score each RUN (a TREC run or JSONL results; - reads standard input) against
     QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
@@ -174,6 +183,20 @@ def eval_command(
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
         _print_tables(evaluations)
+    if html_path is not None:
+        _write_page(html_path, as_document(evaluations))
+
+
+def _write_page(path: Path, document: dict[str, Any]) -> None:
+    """The evals page with ``document`` embedded (scorer/stream/page)."""
+    from scorer.stream.page import page_html
+
+    try:
+        path.write_text(page_html(document), encoding="utf-8")
+    except OSError as failure:
+        click.echo(f"cannot write the HTML report {path}: {failure.strerror}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {path}", err=True)
 
 
 @contextmanager

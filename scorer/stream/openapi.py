@@ -11,6 +11,7 @@ from typing import Any
 from schemas.events import MAX_ID_LENGTH
 from scorer import __version__
 from scorer.metrics import METRIC_NAMES
+from scorer.stream.run_list import DEFAULT_LIMIT, MAX_LIMIT
 
 _METRICS = {
     "type": "object",
@@ -118,6 +119,86 @@ OPENAPI: dict[str, Any] = {
         ),
     },
     "paths": {
+        "/api/v1/evals/runs": {
+            "get": {
+                "summary": "The runs the cluster knows, newest first, paged",
+                "description": (
+                    "Every run of every worker (the answering worker asks the others), "
+                    "ordered by `updatedAt`, newest first (ties by run id). Page with "
+                    "`offset` and `limit`; `nextOffset` is where the next page starts, "
+                    "null on the last one. 503 when a worker holding runs does not answer."
+                ),
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": MAX_LIMIT,
+                            "default": DEFAULT_LIMIT,
+                        },
+                    },
+                    {
+                        "name": "offset",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0, "default": 0},
+                    },
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "runs": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "runId": {"type": "string"},
+                                            "count": {"type": "integer"},
+                                            "updatedAt": {
+                                                "type": ["string", "null"],
+                                                "format": "date-time",
+                                            },
+                                        },
+                                        "required": ["runId", "count", "updatedAt"],
+                                    },
+                                },
+                                "total": {"type": "integer"},
+                                "limit": {"type": "integer"},
+                                "offset": {"type": "integer"},
+                                "nextOffset": {"type": ["integer", "null"]},
+                            },
+                            "required": ["runs", "total", "limit", "offset", "nextOffset"],
+                        },
+                        "One page of the run list.",
+                        {
+                            "runs": [
+                                {
+                                    "runId": "hybrid-v2",
+                                    "count": 167,
+                                    "updatedAt": "2026-11-30T12:00:01+00:00",
+                                },
+                                {
+                                    "runId": "bm25-v1",
+                                    "count": 167,
+                                    "updatedAt": "2026-11-30T12:00:00+00:00",
+                                },
+                            ],
+                            "total": 3,
+                            "limit": 2,
+                            "offset": 0,
+                            "nextOffset": 2,
+                        },
+                    ),
+                    "400": _ERROR,
+                    "503": _ERROR,
+                },
+            }
+        },
         "/api/v1/evals/runs/{runId}/metrics": {
             "get": {
                 "summary": "Rolled-up metrics of one run, overall and per facet value",

@@ -1,4 +1,5 @@
-"""HTTP views of the worker, all read-only: health, readiness and the run API.
+"""HTTP views of the worker, all read-only: health, readiness, the run API and the
+evals page built on it (``/``, also at ``/evals``).
 
 Run endpoints are answered by the worker that owns the run's partition of
 the ``rollups`` table: any other worker forwards the request there (Faust's
@@ -8,14 +9,17 @@ runs through those routed endpoints and computes on the way back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+import aiohttp
 import faust
 from aiokafka.errors import KafkaError
 from faust.exceptions import SameNode
 from faust.web import Request, Response, View
+from yarl import URL
 
 from schemas.events import MAX_ID_LENGTH
 from scorer.compare import compare_runs
@@ -24,12 +28,18 @@ from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import runs
 from scorer.stream.openapi import OPENAPI
+from scorer.stream.page import page_html
+from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
 
 API = "/api/v1/evals/runs"
 RECHECK_MISSING_SECONDS = 5.0
 """How often the input topics are looked up while one is missing (or unknown)..."""
 RECHECK_PRESENT_SECONDS = 60.0
 """... and once both exist (they may be deleted)."""
+LOCAL_SCOPE = "local"
+"""``?scope=local`` asks a worker for the runs it holds only (how workers ask each other
+for the run list without asking back)."""
+PEER_TIMEOUT_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +151,35 @@ def register_views(
             if key.startswith(prefix)
         }
 
+    def local_runs() -> list[dict[str, Any]]:
+        """The runs whose state this worker holds (its partitions and standbys)."""
+        return [
+            run_entry(key.decode(), state)
+            for key, state in rollup_table.items()
+            if state is not None
+        ]
+
+    async def peer_runs(host: str) -> list[dict[str, Any]]:
+        url = URL(host).with_path(API).with_query(scope=LOCAL_SCOPE)
+        timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_SECONDS)
+        async with app.http_client.get(url, timeout=timeout) as response:
+            if response.status != 200:
+                raise OSError(f"{host} answered {response.status}")
+            return (await response.json(content_type=None))["runs"]
+
+    async def cluster_runs() -> list[dict[str, Any]]:
+        """Every run the cluster holds: this worker's and each other owner's of the
+        ``rollups`` table (Faust's assignment), merged. ``OSError`` when an owner
+        does not answer (a partial list would silently miss runs)."""
+        hosts = other_hosts(
+            app.router.table_metadata(rollup_table.name), str(app.conf.canonical_url)
+        )
+        try:
+            answers = await asyncio.gather(*(peer_runs(host) for host in hosts))
+        except (TimeoutError, aiohttp.ClientError) as failure:
+            raise OSError(str(failure) or type(failure).__name__) from failure
+        return merge_runs([local_runs(), *answers])
+
     async def fetch_json(path: str) -> tuple[int, Any]:
         url = app.conf.canonical_url.with_path(path)
         async with app.http_client.get(url) as response:
@@ -155,9 +194,32 @@ def register_views(
         ready, reason = is_ready(app, inputs)
         return web.json({"ready": ready, "status": reason}, status=200 if ready else 503)
 
+    @app.page("/")
+    async def evals_page(web: View, request: Request) -> Response:
+        return web.html(page_html())
+
+    @app.page("/evals")
+    async def evals_page_alias(web: View, request: Request) -> Response:
+        return web.html(page_html())
+
     @app.page("/api/v1/openapi.json")
     async def openapi(web: View, request: Request) -> Response:
         return web.json(OPENAPI)
+
+    @app.page(API)
+    class RunList(View):
+        async def get(self, request: Request) -> Response:
+            try:
+                paging = Paging.from_query(request.query)
+            except ValueError as problem:
+                return error(self, 400, str(problem))
+            if request.query.get("scope") == LOCAL_SCOPE:
+                return self.json({"runs": local_runs()})
+            try:
+                listed = await cluster_runs()
+            except OSError as failure:
+                return error(self, 503, f"a worker owning runs did not answer ({failure}); retry")
+            return self.json(page_of(listed, paging))
 
     @app.page(API + "/{run_id}/metrics")
     class RunMetrics(View):

@@ -53,3 +53,27 @@ def test_the_risk_coverage_example_is_the_worked_example_of_the_design():
     example = route["responses"]["200"]["content"]["application/json"]["example"]
     assert example["miss"]["eAurc"] == 0.0625
     assert set(route["responses"]) == {"200", "400", "404"}
+
+
+def test_the_run_list_is_paged_as_the_code_pages_it():
+    from scorer.stream.run_list import DEFAULT_LIMIT, MAX_LIMIT
+
+    route = OPENAPI["paths"]["/api/v1/evals/runs"]["get"]
+    limit, offset = route["parameters"]
+    assert limit["schema"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_LIMIT,
+        "default": DEFAULT_LIMIT,
+    }
+    assert (MAX_LIMIT, DEFAULT_LIMIT) == (500, 50)
+    assert offset["schema"]["default"] == 0
+    assert set(route["responses"]) == {"200", "400", "503"}
+
+
+def test_the_worker_serves_the_evals_page_at_the_root_and_at_evals(tmp_path):
+    from scorer.settings import Settings
+    from scorer.stream.app import create_app
+
+    app = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path)).app
+    assert {"/", "/evals", "/api/v1/evals/runs"} <= set(app.web.views)

@@ -1,0 +1,97 @@
+"""The run list of ``GET /api/v1/evals/runs``: each worker's runs, merged and paged.
+
+A worker holds the run states of its own partitions of the ``rollups`` table
+(and, as a standby, copies of others'), so the list is gathered from every
+owner and merged here. Pure functions: the web view only fetches and calls them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from yarl import URL
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Paging:
+    """``limit`` runs from position ``offset`` of the newest-first list."""
+
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> Paging:
+        """The paging of a request's query string; ``ValueError`` says what is wrong."""
+        limit = _whole_number(query, "limit", DEFAULT_LIMIT)
+        offset = _whole_number(query, "offset", 0)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit must be 1 to {MAX_LIMIT}, got {limit}")
+        return cls(limit=limit, offset=offset)
+
+
+def _whole_number(query: Mapping[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number >= 0, got {raw!r}")
+    return int(raw)
+
+
+def other_hosts(hosts: Iterable[str], here: str) -> list[str]:
+    """The hosts of Faust's table assignment that are not this worker (``here``, its
+    canonical URL), compared by host and port as Faust's router compares them."""
+
+    def ident(url: str) -> tuple[str | None, int | None]:
+        parsed = URL(url)
+        return parsed.host, parsed.port
+
+    return [host for host in hosts if ident(host) != ident(here)]
+
+
+def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
+    """One run of the list from its state in the ``rollups`` table."""
+    return {
+        "runId": run_id,
+        "count": int(state["rollup"]["overall"][0]),
+        "updatedAt": state["updatedAt"],
+    }
+
+
+def _freshness(entry: Mapping[str, Any]) -> tuple[str, int]:
+    return entry["updatedAt"] or "", entry["count"]
+
+
+def merge_runs(lists: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The runs of every worker's list, once each, newest ``updatedAt`` first (ties by
+    run id; never-updated runs last). A run listed by two workers (an owner and a
+    standby that lags it) is kept as its freshest copy: later ``updatedAt``, then
+    higher count. Timestamps are the worker's ISO 8601 UTC strings, which sort as text."""
+    freshest: dict[str, Mapping[str, Any]] = {}
+    for entries in lists:
+        for entry in entries:
+            known = freshest.get(entry["runId"])
+            if known is None or _freshness(entry) > _freshness(known):
+                freshest[entry["runId"]] = entry
+    by_id = sorted(freshest.values(), key=lambda entry: entry["runId"])
+    return [
+        dict(entry) for entry in sorted(by_id, key=lambda e: e["updatedAt"] or "", reverse=True)
+    ]
+
+
+def page_of(runs: list[dict[str, Any]], paging: Paging) -> dict[str, Any]:
+    """The answer: one page of the merged list, its total and where the next page starts
+    (``nextOffset``, null on the last page)."""
+    end = paging.offset + paging.limit
+    return {
+        "runs": runs[paging.offset : end],
+        "total": len(runs),
+        "limit": paging.limit,
+        "offset": paging.offset,
+        "nextOffset": end if end < len(runs) else None,
+    }
