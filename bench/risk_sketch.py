@@ -18,30 +18,20 @@ A measurement, not a test: it prints tables.
 from __future__ import annotations
 
 import argparse
-import math
-import random
-from collections.abc import Iterator
+import sys
+from pathlib import Path
 
 import orjson
 
-from scorer.demo import RUNS, DemoTraffic
-from scorer.metrics import MetricValues, retrieval_metrics
-from scorer.risk_coverage import LOSSES, RiskCoverage
-from scorer.risk_sketch import RiskSketch
-from scorer.stream.runs import Contribution, RunBatch, SourcePosition
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def synthetic(count: int, logits: bool, seed: int) -> Iterator[tuple[float, MetricValues]]:
-    """Results whose confidence predicts their losses (as tests/unit/test_risk_sketch.py)."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        chance = rng.random()
-        confidence = math.log(chance / (1 - chance)) if logits else chance
-        if rng.random() < 0.02:
-            confidence = round(confidence, 1)
-        hit = int(rng.random() < chance)
-        ndcg = min(1.0, chance * rng.random() * 1.5) if hit else 0.0
-        yield confidence, MetricValues(0.0, 0.0, ndcg, 0.0, hit)
+from scorer.demo import RUNS, DemoTraffic  # noqa: E402
+from scorer.metrics import MetricValues, retrieval_metrics  # noqa: E402
+from scorer.risk_coverage import LOSSES, RiskCoverage  # noqa: E402
+from scorer.risk_sketch import RiskSketch  # noqa: E402
+from scorer.stream.runs import Contribution, RunBatch, SourcePosition  # noqa: E402
+from tests.support.confidences import predictive_results  # noqa: E402
 
 
 def demo_results(count: int) -> dict[str, list[tuple[float | None, MetricValues, str, str]]]:
@@ -107,9 +97,9 @@ def main() -> None:
     )
     print(head)
     print("-" * len(head))
-    for line in compare("probability", synthetic(count, False, 15)):
+    for line in compare("probability", predictive_results(count, 15, logits=False)):
         print(line)
-    for line in compare("logit", synthetic(count, True, 15)):
+    for line in compare("logit", predictive_results(count, 15, logits=True)):
         print(line)
     by_run = demo_results(count)
     for run, rows in by_run.items():

@@ -4,7 +4,6 @@ exact offline block (scorer.risk_coverage) on the same results."""
 from __future__ import annotations
 
 import math
-import random
 from fractions import Fraction
 
 import orjson
@@ -22,6 +21,7 @@ from scorer.risk_sketch import (
     bucket_key,
     harmonic_span,
 )
+from tests.support.confidences import predictive_results
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 unit = st.floats(min_value=0.0, max_value=1.0)
@@ -54,22 +54,6 @@ def assert_close(got, expected, tolerance: float) -> None:
         assert got == pytest.approx(expected, abs=tolerance)
     else:
         assert got == expected
-
-
-def predictive_results(count: int, seed: int, logits: bool) -> list[tuple[float, MetricValues]]:
-    """Results whose confidence predicts their losses: a probability in (0, 1), or a
-    logit (any sign, spread over many orders of magnitude); 2% exact ties."""
-    rng = random.Random(seed)
-    results = []
-    for _ in range(count):
-        chance = rng.random()
-        confidence = math.log(chance / (1 - chance)) if logits else chance
-        if rng.random() < 0.02:
-            confidence = round(confidence, 1)
-        hit = int(rng.random() < chance)
-        ndcg = min(1.0, chance * rng.random() * 1.5) if hit else 0.0
-        results.append((confidence, values(hit, ndcg)))
-    return results
 
 
 def test_the_worked_example_of_the_design() -> None:
