@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -132,15 +132,25 @@ def register_views(
             present = inputs.missing == []
             await app.sleep(RECHECK_PRESENT_SECONDS if present else RECHECK_MISSING_SECONDS)
 
-    async def routed(web: View, request: Request, run_id: str, local: Any) -> Response:
-        """Answer here if this worker owns ``run_id``, else forward to the owner."""
+    async def run_answer(
+        web: View,
+        request: Request,
+        run_id: str,
+        document: Callable[[str, Any], Any],
+    ) -> Response:
+        """``document(run_id, state)`` of the run's state, answered by the worker that
+        owns ``run_id`` (forwarded there from any other); 404 for an unknown run."""
         problem = run_id_problem(run_id)
         if problem:
             return error(web, 400, problem)
         try:
             return await app.router.route_req(rollup_table.name, run_id.encode(), web, request)
         except SameNode:
-            return await local()
+            pass
+        state = rollup_table.get(run_id.encode())
+        if state is None:
+            return error(web, 404, f"unknown run {run_id!r}")
+        return web.json(document(run_id, state))
 
     def run_scores(run_id: str) -> dict[str, list[float]]:
         """Per-query mean scores of a run held by this worker."""
@@ -221,44 +231,30 @@ def register_views(
                 return error(self, 503, f"a worker owning runs did not answer ({failure}); retry")
             return self.json(page_of(listed, paging))
 
+    def metrics_document(run_id: str, state: Any) -> dict[str, Any]:
+        return runs.run_document(run_id, state, settings.rollup_max_queries)
+
+    def scores_document(run_id: str, state: Any) -> dict[str, Any]:
+        return {
+            "runId": run_id,
+            "overall": state["rollup"]["overall"],
+            "queries": run_scores(run_id),
+        }
+
     @app.page(API + "/{run_id}/metrics")
     class RunMetrics(View):
         async def get(self, request: Request, run_id: str) -> Response:
-            async def local() -> Response:
-                state = rollup_table.get(run_id.encode())
-                if state is None:
-                    return error(self, 404, f"unknown run {run_id!r}")
-                return self.json(runs.run_document(run_id, state, settings.rollup_max_queries))
-
-            return await routed(self, request, run_id, local)
+            return await run_answer(self, request, run_id, metrics_document)
 
     @app.page(API + "/{run_id}/risk-coverage")
     class RunRiskCoverage(View):
         async def get(self, request: Request, run_id: str) -> Response:
-            async def local() -> Response:
-                state = rollup_table.get(run_id.encode())
-                if state is None:
-                    return error(self, 404, f"unknown run {run_id!r}")
-                return self.json(runs.risk_document(run_id, state))
-
-            return await routed(self, request, run_id, local)
+            return await run_answer(self, request, run_id, runs.risk_document)
 
     @app.page(API + "/{run_id}/scores")
     class RunScores(View):
         async def get(self, request: Request, run_id: str) -> Response:
-            async def local() -> Response:
-                state = rollup_table.get(run_id.encode())
-                if state is None:
-                    return error(self, 404, f"unknown run {run_id!r}")
-                return self.json(
-                    {
-                        "runId": run_id,
-                        "overall": state["rollup"]["overall"],
-                        "queries": run_scores(run_id),
-                    }
-                )
-
-            return await routed(self, request, run_id, local)
+            return await run_answer(self, request, run_id, scores_document)
 
     @app.page(API + "/{run_a}/compare/{run_b}")
     class CompareRuns(View):
