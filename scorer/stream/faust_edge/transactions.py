@@ -184,7 +184,7 @@ class Transactions:
         ) -> bool:
             await app.producer.buffer.flush()
             merged = self._with_processed(offsets)
-            await self._flush_transactional_producers()
+            await self._flush_producers_of(merged)
             if await consumer.undelivered_stops_commit():
                 return False
             committed = await commit_transaction(
@@ -196,14 +196,15 @@ class Transactions:
         consumer.transactions.commit = commit_with_processed
         consumer._scorer_guarded = True
 
-    async def _flush_transactional_producers(self) -> None:
-        """Wait for the outcome of every record sent in the open transactions.
+    async def _flush_producers_of(self, offsets: Mapping[Any, int]) -> None:
+        """Wait for the outcome of every record sent in the transactions about to commit
+        ``offsets``.
 
         aiokafka's commit waits for them too, but then commits the transaction even
         when a record's batch failed (a non-retriable produce error), without that
         record: the failure must be seen before the commit, not after."""
-        producers = getattr(self.app.producer, "_transaction_producers", {})
-        for producer in list(producers.values()):
+        producers = {self._producer_for(tp.topic, tp.partition) for tp in offsets}
+        for producer in producers - {None}:
             await producer.flush()
         # The records' done callbacks run after their batch's; let them all run.
         await asyncio.sleep(0)
