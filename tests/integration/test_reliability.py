@@ -181,6 +181,22 @@ def scored_ids(records: list) -> set[str]:
     return {orjson.loads(record.value)["resultId"] for record in records}
 
 
+def read_scored(
+    settings: Settings, everything: set[str], timeout: float, guarantee: str = "at_least_once"
+) -> tuple[list, ScoredTally]:
+    """The scored topic from the start until every result id of ``everything`` shows
+    (as a read_committed consumer sees it under exactly_once), and its tally."""
+    isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
+    records = read_topic(
+        settings,
+        settings.scored_topic,
+        lambda got: everything <= scored_ids(got),
+        timeout,
+        isolation_level=isolation,
+    )
+    return records, ScoredTally.of(records)
+
+
 def input_copies(settings: Settings, result_ids: set[str]) -> Counter[str]:
     """How many times each result was written to the results topic."""
     records = read_topic(
@@ -408,15 +424,7 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         feeder.join_checked(180)
 
         everything = {result.result_id for result in results}
-        isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
-        records = read_topic(
-            settings,
-            settings.scored_topic,
-            lambda got: len(got) >= len(everything) and everything <= scored_ids(got),
-            timeout=180,
-            isolation_level=isolation,
-        )
-        tally = ScoredTally.of(records)
+        records, tally = read_scored(settings, everything, 180, guarantee)
         assert_none_missing(
             settings,
             everything,
@@ -521,15 +529,7 @@ def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
         feeder.join_checked(120)
 
         everything = {result.result_id for result in results}
-        isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
-        records = read_topic(
-            settings,
-            settings.scored_topic,
-            lambda got: everything <= scored_ids(got),
-            120,
-            isolation_level=isolation,
-        )
-        tally = ScoredTally.of(records)
+        _, tally = read_scored(settings, everything, 120, guarantee)
         assert_none_missing(settings, everything, tally)
         assert set(tally.copies) == everything
         tally.assert_copies_agree()
@@ -586,10 +586,7 @@ def test_the_worker_rides_out_a_broker_restart_mid_stream(tmp_path: Path) -> Non
         assert worker.process.poll() is None and worker.process.pid == pid, "no restart needed"
 
         everything = {result.result_id for result in results}
-        records = read_topic(
-            settings, settings.scored_topic, lambda got: everything <= scored_ids(got), 180
-        )
-        tally = ScoredTally.of(records)
+        _, tally = read_scored(settings, everything, 180)
         assert set(tally.copies) == everything
         tally.assert_copies_agree()
         assert_rollups_count_each_result_once(worker, results, golden, timeout=120)
@@ -768,15 +765,7 @@ def test_a_rolling_restart_loses_nothing_and_rollups_count_once(
         assert_clean(stops, "rolling-restart stops")
 
         everything = {result.result_id for result in results}
-        isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
-        records = read_topic(
-            settings,
-            settings.scored_topic,
-            lambda got: everything <= scored_ids(got),
-            180,
-            isolation_level=isolation,
-        )
-        tally = ScoredTally.of(records)
+        records, tally = read_scored(settings, everything, 180, guarantee)
         assert_none_missing(settings, everything, tally)
         assert set(tally.copies) == everything
         tally.assert_copies_agree()

@@ -19,12 +19,10 @@ from scorer.kafka.topics import ensure_topics
 from scorer.settings import Settings
 from tests.integration.test_reliability import (
     Feeder,
-    ScoredTally,
     golden_and_results,
     keyed,
     load_golden,
-    read_topic,
-    scored_ids,
+    read_scored,
 )
 from tests.support.kafka import settings_for
 from tests.support.worker import SCORER, Worker, worker_env
@@ -69,10 +67,7 @@ def test_a_worker_logged_in_with_scram_scores_end_to_end(worker, settings, sasl)
     feeder.start()
     feeder.join_checked(60)
     everything = {result.result_id for result in results}
-    records = read_topic(
-        settings, settings.scored_topic, lambda got: everything <= scored_ids(got), 60
-    )
-    tally = ScoredTally.of(records)
+    _, tally = read_scored(settings, everything, 60)
     assert set(tally.copies) == everything
     assert tally.duplicates == 0
 

@@ -24,16 +24,15 @@ from scorer.kafka.topics import ensure_topics
 from tests.integration.test_reliability import (
     SESSION_TIMEOUT,
     Feeder,
-    ScoredTally,
     assert_none_missing,
     duplicates_made_by_worker,
     golden_and_results,
     keyed,
     load_golden,
-    scored_ids,
+    read_scored,
 )
 from tests.support.kafka import settings_for
-from tests.support.worker import Worker, read_topic
+from tests.support.worker import Worker
 
 pytestmark = pytest.mark.integration
 
@@ -85,15 +84,7 @@ def test_a_first_start_with_a_backlog_scores_every_waiting_result_once(
         worker = Worker(settings, workdir).start()
         try:
             everything = {result.result_id for result in results}
-            isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
-            records = read_topic(
-                settings,
-                settings.scored_topic,
-                lambda got, everything=everything: everything <= scored_ids(got),
-                timeout=120 + BACKLOG / 500,
-                isolation_level=isolation,
-            )
-            tally = ScoredTally.of(records)
+            _, tally = read_scored(settings, everything, 120 + BACKLOG / 500, guarantee)
             assert_none_missing(settings, everything, tally, f" (round {round_}, {guarantee})")
             assert duplicates_made_by_worker(settings, everything, tally) == 0
             assert worker.metric("scorer_inputs_total", {"topic": "results"}) == len(everything)
