@@ -95,6 +95,8 @@ class BatchGate(Protocol):
 
     lock: contextlib.AbstractAsyncContextManager[Any]
     """Held while a batch is handled, sent and booked; every commit takes it."""
+    holds_commits: bool
+    """Whether the lock is real: a commit (a revoke's too) waits for the batch in hand."""
 
     def transactional_id(self, tp: TP) -> str | None: ...
 
@@ -133,6 +135,8 @@ class OpenGate:
     """At-least-once: no transaction to join, and no lock: a batch's offsets are booked
     in one synchronous step after its outputs were sent, so a commit (which flushes
     the producer first) never sees a batch's offsets without its outputs."""
+
+    holds_commits = False
 
     def __init__(self) -> None:
         self.lock = contextlib.nullcontext()
@@ -605,10 +609,15 @@ class GuardedConsumer(AIOKafkaConsumer):
                 finally:
                     _current_event.reset(token)
             await self.send_outputs(tp, outputs)
-            # Booked even when the flow stopped while the outputs were sent (a revoke
-            # begins): the revoke's commit waits for this lock, so it commits them
-            # with their outputs; left out, they would be processed again after it,
-            # and their outputs would commit twice.
+            if not gate.holds_commits and (
+                not self.flow_active or app.consumer_generation_id != generation_id
+            ):
+                # At-least-once, revoked while sending: the revoke's commit did not wait
+                # for this batch, and the partition may be gone: not booked, so
+                # processed again (duplicates). Under exactly_once the revoke's commit
+                # waits for the lock and commits the batch with its outputs: booked,
+                # or it would be processed again and its outputs committed twice.
+                return hand_from
             offsets = range(hand_from, batch.end)
             self._acked[tp].extend(offsets)
             self._acked_index[tp].update(offsets)

@@ -70,6 +70,9 @@ logger = logging.getLogger(__name__)
 class Transactions:
     """The exactly_once plumbing of one Faust app (a no-op under at-least-once)."""
 
+    holds_commits = True
+    """Every commit takes :attr:`lock`, so it waits for the batch in hand."""
+
     def __init__(self, app: Any) -> None:
         self.app = app
         self._between_events = asyncio.Lock()
