@@ -11,7 +11,7 @@ AURC, the sketch's difference from it, the width of the interval the sketch
 certifies (the worst case), and the difference of the optimal AURC. Then the
 bytes of the sketch's JSON state, and of the whole run state the worker writes
 to the rollups changelog once per run per batch (with and without the sketch),
-built by :class:`scorer.stream.runs.RunBatch` from the demo's contributions.
+built by :class:`scorer.stream.run_state.RunBatch` from the demo's contributions.
 A measurement, not a test: it prints tables.
 """
 
@@ -30,7 +30,7 @@ from scorer.demo import RUNS, DemoTraffic  # noqa: E402
 from scorer.metrics import MetricValues, retrieval_metrics  # noqa: E402
 from scorer.risk_coverage import LOSSES, RiskCoverage  # noqa: E402
 from scorer.risk_sketch import RiskSketch  # noqa: E402
-from scorer.stream.runs import Contribution, RunBatch, SourcePosition  # noqa: E402
+from scorer.stream.run_state import Contribution, RunBatch, SourcePosition  # noqa: E402
 from tests.support.confidences import predictive_results  # noqa: E402
 
 

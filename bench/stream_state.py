@@ -35,7 +35,7 @@ from scorer.kafka.launcher import start_broker, stop_broker  # noqa: E402
 from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.metrics import ideal_dcg  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
-from scorer.stream.core import qrels_fingerprint  # noqa: E402
+from scorer.stream.events import qrels_fingerprint  # noqa: E402
 from tests.support.worker import Worker  # noqa: E402
 
 FACETS = {"type": ("factoid", "list", "how-to"), "popularity": ("head", "tail")}
@@ -53,7 +53,7 @@ def dir_mib(path: Path) -> float:
 
 
 def table_entry(rng: random.Random, query_id: str) -> dict:
-    """What ``core.golden_entry`` stores for a query of 20 judgments (grades 0-3)."""
+    """What ``events.golden_entry`` stores for a query of 20 judgments (grades 0-3)."""
     qrels = {f"{query_id}-d{doc:02d}": rng.choice((0, 0, 1, 1, 2, 3)) for doc in range(20)}
     return {
         "grades": {doc: grade for doc, grade in qrels.items() if grade >= 1},

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from schemas.events import MAX_RANKED
 from scorer.io import FileKind, InputError, detect_kind, iter_retrievals, read_golden
-from scorer.stream.core import RejectedEvent, decode_golden, decode_result
+from scorer.stream.events import RejectedEvent, decode_golden, decode_result
 
 
 class BadLine(click.ClickException):

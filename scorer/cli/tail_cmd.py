@@ -18,7 +18,7 @@ from typing import Any
 import click
 import orjson
 
-from scorer.stream.core import DEADLETTER_HEADER_PREFIX
+from scorer.stream.events import DEADLETTER_HEADER_PREFIX
 
 PREVIEW_BYTES = 80
 """How much of a dead letter's original bytes a line shows."""

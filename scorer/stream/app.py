@@ -122,7 +122,7 @@ def create_app(settings: Settings) -> Scorer:
             "rollups", default=None, partitions=settings.partitions, key_type=bytes
         ),
         run_queries_table=app.Table("run_queries", default=None, partitions=settings.partitions),
-        # Where each run counted each resultId, for ``rollup_dedupe_seconds`` (runs.RunBatch).
+        # Where each run counted each resultId, for ``rollup_dedupe_seconds`` (run_state.RunBatch).
         seen_table=app.Table("rollup_seen", default=None, partitions=settings.partitions),
     )
     telemetry.judged_queries.set_function(lambda: len(parts.qrels_table))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scorer.stream import core
+from scorer.stream import events
 from scorer.stream.parts import StreamParts
 
 
@@ -25,8 +25,8 @@ def register(parts: StreamParts) -> None:
         async for event in stream.events():
             query_id = event.message.key.decode()
             expiring.discard(query_id)
-            keep, expired = core.split_expired(
-                core.parked_items(parked_table.get(query_id)),
+            keep, expired = events.split_expired(
+                events.parked_items(parked_table.get(query_id)),
                 time.time(),
                 settings.parking_ttl_seconds,
             )
@@ -44,7 +44,7 @@ def register(parts: StreamParts) -> None:
         now = time.time()
         total = 0
         for query_id, stored in list(parked_table.items()):
-            items = core.parked_items(stored)
+            items = events.parked_items(stored)
             total += len(items)
             oldest = min(item.parked_at for item in items)
             if app.should_stop:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scorer.settings import Settings
-from scorer.stream import runs
+from scorer.stream import run_state
 from scorer.stream.faust_edge import Edge
 from scorer.stream.telemetry import Telemetry
 
@@ -55,6 +55,6 @@ class StreamParts:
     run_queries_table: Any
     seen_table: Any
     parked: ParkedCount = field(default_factory=ParkedCount)
-    pending: runs.PendingRollups = field(default_factory=runs.PendingRollups)
+    pending: run_state.PendingRollups = field(default_factory=run_state.PendingRollups)
     expiring: set[str] = field(default_factory=set)
     """Queries whose expiry command is on its way (sent once until handled)."""

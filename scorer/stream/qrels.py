@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scorer.stream import core, runs
+from scorer.stream import events, run_state
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import deadletter_output, rollup_outputs, scored_output
 
@@ -32,24 +32,24 @@ def register(parts: StreamParts) -> None:
                 telemetry.qrels.labels("deleted").inc()
                 continue
             try:
-                golden = core.decode_keyed(core.decode_golden, message.key, message.value)
-            except core.RejectedEvent as error:
+                golden = events.decode_keyed(events.decode_golden, message.key, message.value)
+            except events.RejectedEvent as error:
                 output = deadletter_output(
                     parts, error, "qrels", message.topic, message.partition, message.offset,
                     message.key, message.value, message.headers,
                 )  # fmt: skip
                 await edge.send(output, message)
                 continue
-            entry = core.golden_entry(golden)
+            entry = events.golden_entry(golden)
             qrels_table[golden.query_id] = entry
             telemetry.qrels.labels("stored").inc()
-            waiting = core.parked_items(parked_table.pop(golden.query_id, None))
+            waiting = events.parked_items(parked_table.pop(golden.query_id, None))
             if not waiting:
                 continue
             telemetry.parked.set(parts.parked.add(-len(waiting)))
             for seq, item in enumerate(waiting):
-                result = core.decode_result(item.raw.encode())
-                position = runs.SourcePosition(
+                result = events.decode_result(item.raw.encode())
+                position = run_state.SourcePosition(
                     message.topic, message.partition, message.offset, seq
                 )
                 await edge.send(scored_output(parts, result, entry, started, position), message)

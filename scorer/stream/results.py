@@ -17,7 +17,7 @@ from typing import Any
 from faust.types import TP
 
 from schemas import RetrievalResult
-from scorer.stream import core, runs
+from scorer.stream import events, run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 
@@ -27,15 +27,15 @@ def scored_output(
     result: RetrievalResult,
     entry: dict[str, Any],
     started: float,
-    position: runs.SourcePosition,
+    position: run_state.SourcePosition,
 ) -> Output:
     """Score ``result`` against its qrels entry: its scored record, with the run
     rollup contribution queued and the telemetry observed."""
-    scored = core.score_result(result, entry, parts.settings.default_retrieval_k)
+    scored = events.score_result(result, entry, parts.settings.default_retrieval_k)
     confidence = result.top_confidence()
     parts.pending.add(
         result.run_id.encode(),
-        runs.Contribution(
+        run_state.Contribution(
             position,
             result.result_id,
             result.query_id,
@@ -71,7 +71,7 @@ def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
 
 def deadletter_output(
     parts: StreamParts,
-    error: core.RejectedEvent,
+    error: events.RejectedEvent,
     input_name: str,
     topic: str,
     partition: int,
@@ -86,7 +86,7 @@ def deadletter_output(
         parts.settings.deadletter_topic,
         key,
         value,
-        core.deadletter_headers(error, topic, partition, offset, list(headers or [])),
+        events.deadletter_headers(error, topic, partition, offset, list(headers or [])),
     )
 
 
@@ -104,12 +104,12 @@ class ResultBatches:
         started = time.perf_counter()
         now = time.time()
         outputs: list[Output] = []
-        parked: dict[str, list[core.ParkedItem]] = {}
+        parked: dict[str, list[events.ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
         for record in records:
             try:
-                result = core.decode_keyed(core.decode_result, record.key, record.value)
-            except core.RejectedEvent as error:
+                result = events.decode_keyed(events.decode_result, record.key, record.value)
+            except events.RejectedEvent as error:
                 outputs.append(
                     deadletter_output(
                         parts, error, "results", tp.topic, tp.partition, record.offset,
@@ -121,7 +121,7 @@ class ResultBatches:
                 telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
             entry = qrels.get(result.query_id)
             if entry is not None:
-                position = runs.SourcePosition(tp.topic, tp.partition, record.offset)
+                position = run_state.SourcePosition(tp.topic, tp.partition, record.offset)
                 outputs.append(scored_output(parts, result, entry, started, position))
                 continue
             self._park(result, record.value, tp.partition, now, parked)
@@ -136,7 +136,7 @@ class ResultBatches:
         raw: bytes,
         partition: int,
         now: float,
-        parked: dict[str, list[core.ParkedItem]],
+        parked: dict[str, list[events.ParkedItem]],
     ) -> None:
         """Park a result whose qrels have not arrived (into ``parked``, written to the
         table once per query at the end of the batch)."""
@@ -149,8 +149,8 @@ class ResultBatches:
         query_id = result.query_id
         current = parked.get(query_id)
         if current is None:
-            current = core.parked_items(parts.parked_table.get(query_id))
-        decision = core.park(
+            current = events.parked_items(parts.parked_table.get(query_id))
+        decision = events.park(
             current, raw, result.result_id, now, settings.parking_max_per_query, partition
         )
         if not decision.added:

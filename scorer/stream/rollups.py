@@ -1,7 +1,7 @@
 """Run rollups: the contributions of scored results folded into per-run state.
 
 The results path queues each scored result's contribution
-(``scorer.stream.runs.PendingRollups``) and sends them to the rollup topic,
+(``scorer.stream.run_state.PendingRollups``) and sends them to the rollup topic,
 keyed by run id, several to a record; every offset commit sends what is
 pending first, so a crash loses no contribution whose input is not
 redelivered. The rollup topic's fetched batches (the Faust edge's batch path, as
@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from scorer.stream import runs
+from scorer.stream import run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import rollup_outputs
@@ -30,7 +30,7 @@ def register(parts: StreamParts) -> None:
     seen_table = parts.seen_table
     dedupe = settings.rollup_dedupe_seconds
     next_seen_sweep: dict[int, float] = {}
-    expiry = runs.SeenExpiry()
+    expiry = run_state.SeenExpiry()
     generation = [parts.app.consumer_generation_id]
     rollups_out = edge.writer(rollup_table)
     queries_out = edge.writer(run_queries_table)
@@ -48,7 +48,7 @@ def register(parts: StreamParts) -> None:
         (every run here lives in this partition: the topic is keyed by run)."""
         now = time.time()
         partition = tp.partition
-        batch = runs.RunBatch(
+        batch = run_state.RunBatch(
             rollup_table.get,
             run_queries_table.get,
             settings.rollup_max_queries,
@@ -57,7 +57,7 @@ def register(parts: StreamParts) -> None:
             now=now,
         )
         for record in records:
-            for item in runs.decode_contributions(record.value):
+            for item in run_state.decode_contributions(record.value):
                 batch.add(record.key, item)
         outputs: list[Output] = []
         for key, entry in batch.queries.items():

@@ -26,7 +26,7 @@ from scorer.compare import compare_runs
 from scorer.kafka.topics import missing_topics
 from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
-from scorer.stream import runs
+from scorer.stream import run_state
 from scorer.stream.openapi import OPENAPI
 from scorer.stream.page import page_html
 from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
@@ -154,9 +154,9 @@ def register_views(
 
     def run_scores(run_id: str) -> dict[str, list[float]]:
         """Per-query mean scores of a run held by this worker."""
-        prefix = runs.query_key(run_id, "")
+        prefix = run_state.query_key(run_id, "")
         return {
-            key[len(prefix) :]: runs.query_means(entry)
+            key[len(prefix) :]: run_state.query_means(entry)
             for key, entry in run_queries_table.items()
             if key.startswith(prefix)
         }
@@ -232,7 +232,7 @@ def register_views(
             return self.json(page_of(listed, paging))
 
     def metrics_document(run_id: str, state: Any) -> dict[str, Any]:
-        return runs.run_document(run_id, state, settings.rollup_max_queries)
+        return run_state.run_document(run_id, state, settings.rollup_max_queries)
 
     def scores_document(run_id: str, state: Any) -> dict[str, Any]:
         return {
@@ -249,7 +249,7 @@ def register_views(
     @app.page(API + "/{run_id}/risk-coverage")
     class RunRiskCoverage(View):
         async def get(self, request: Request, run_id: str) -> Response:
-            return await run_answer(self, request, run_id, runs.risk_document)
+            return await run_answer(self, request, run_id, run_state.risk_document)
 
     @app.page(API + "/{run_id}/scores")
     class RunScores(View):

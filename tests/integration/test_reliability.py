@@ -39,7 +39,7 @@ from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
-from scorer.stream import runs
+from scorer.stream import run_state
 from tests.integration.test_worker import wait_for
 from tests.support.kafka import settings_for
 from tests.support.worker import Worker, free_port, read_topic
@@ -295,7 +295,7 @@ def rollup_topic_census(settings: Settings, results: list[RetrievalResult]) -> s
         records = read_topic(settings, settings.rollup_topic, lambda _: True, 30, isolation, 3.0)
         ids: dict[str, set[str]] = {}
         for record in records:
-            for item in runs.decode_contributions(record.value):
+            for item in run_state.decode_contributions(record.value):
                 ids.setdefault(record.key.decode(), set()).add(item.result_id)
         census.append((isolation, ids))
     wanted: dict[str, set[str]] = {}

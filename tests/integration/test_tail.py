@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from schemas import RetrievalMetrics, ScoredResult
 from scorer.kafka.topics import ensure_topics
 from scorer.settings import Settings
-from scorer.stream.core import RejectedEvent, deadletter_headers
+from scorer.stream.events import RejectedEvent, deadletter_headers
 from tests.support.kafka import settings_for
 from tests.support.worker import SCORER, worker_env
 

@@ -13,7 +13,7 @@ from schemas import RetrievalResult, ScoredResult, describe_validation_error
 from schemas.events import MAX_RANKED
 from scorer.io.errors import InputError
 from scorer.io.runs import iter_results_jsonl
-from scorer.stream.core import RejectedEvent, decode_result, golden_entry, score_result
+from scorer.stream.events import RejectedEvent, decode_result, golden_entry, score_result
 
 BASE = '"resultId": "r1", "runId": "v1", "queryId": "q1"'
 

@@ -7,7 +7,7 @@ import pytest
 
 from scorer.stream.openapi import OPENAPI
 from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
-from scorer.stream.runs import new_run_state
+from scorer.stream.run_state import new_run_state
 
 LIST_SCHEMA = OPENAPI["paths"]["/api/v1/evals/runs"]["get"]["responses"]["200"]["content"][
     "application/json"

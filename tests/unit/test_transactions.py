@@ -319,7 +319,7 @@ def test_a_record_the_broker_refused_stops_the_commit_of_its_transaction() -> No
     # it (and with its input's offset): the records must have their outcome first.
     from aiokafka.errors import InvalidTxnState
 
-    from scorer.stream.runs import SourcePosition
+    from scorer.stream.run_state import SourcePosition
 
     async def scenario(failing: bool) -> tuple[list, BaseException | None]:
         app = App()

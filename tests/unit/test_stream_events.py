@@ -7,7 +7,7 @@ import pytest
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
 from scorer.metrics import Judgments, retrieval_metrics
-from scorer.stream import core
+from scorer.stream import events
 
 GOLDEN = GoldenQuery(
     query_id="q1", qrels={"A": 3, "B": 2, "C": 1, "Z": 0}, facets={"type": "factoid", "x": "g"}
@@ -20,7 +20,7 @@ def result(**overrides: object) -> RetrievalResult:
 
 
 def test_table_entry_keeps_only_relevant_grades_and_the_ideal_dcg():
-    entry = core.golden_entry(GOLDEN)
+    entry = events.golden_entry(GOLDEN)
     assert entry["grades"] == {"A": 3, "B": 2, "C": 1}
     assert entry["idcg"] == pytest.approx(7 + 3 / 1.584962500721156 + 1 / 2, abs=1e-12)
     assert entry["facets"] == {"type": "factoid", "x": "g"}
@@ -29,54 +29,54 @@ def test_table_entry_keeps_only_relevant_grades_and_the_ideal_dcg():
 def test_the_table_entry_holds_the_judgments_offline_scoring_prepares():
     # One preparation: the entry, after a JSON round trip through the changelog,
     # gives back exactly what `scorer eval` scores against.
-    stored = orjson.loads(orjson.dumps(core.golden_entry(GOLDEN)))
-    assert core.judgments_of(stored) == Judgments.from_qrels(GOLDEN.qrels)
+    stored = orjson.loads(orjson.dumps(events.golden_entry(GOLDEN)))
+    assert events.judgments_of(stored) == Judgments.from_qrels(GOLDEN.qrels)
 
 
 def test_scored_result_matches_the_metric_core_and_the_wire_schema():
-    entry = core.golden_entry(GOLDEN)
-    scored = core.score_result(result(k=4), entry, default_k=10)
+    entry = events.golden_entry(GOLDEN)
+    scored = events.score_result(result(k=4), entry, default_k=10)
     document = ScoredResult.model_validate_json(scored.payload)
     expected = retrieval_metrics(["B", "X", "A", "C"], GOLDEN.qrels, 4)
     assert tuple(document.retrieval_metrics.model_dump().values()) == tuple(expected)
     assert round(document.retrieval_metrics.ndcg_at_10, 3) == 0.738
     assert document.k == 4
-    assert document.qrels_fingerprint == core.qrels_fingerprint(GOLDEN.qrels)
+    assert document.qrels_fingerprint == events.qrels_fingerprint(GOLDEN.qrels)
 
 
 def test_the_scored_event_carries_the_confidence_it_used():
-    entry = core.golden_entry(GOLDEN)
+    entry = events.golden_entry(GOLDEN)
     scores = [0.9, 0.5, 0.4, 0.1]
     by_scores = ScoredResult.model_validate_json(
-        core.score_result(result(scores=scores), entry, 10).payload
+        events.score_result(result(scores=scores), entry, 10).payload
     )
     given = ScoredResult.model_validate_json(
-        core.score_result(result(scores=scores, confidence=0.3), entry, 10).payload
+        events.score_result(result(scores=scores, confidence=0.3), entry, 10).payload
     )
-    without = orjson.loads(core.score_result(result(), entry, 10).payload)
+    without = orjson.loads(events.score_result(result(), entry, 10).payload)
     assert (by_scores.confidence, given.confidence) == (0.9, 0.3)
     assert "confidence" not in without
 
 
 def test_default_k_applies_when_the_result_sets_none():
-    scored = core.score_result(result(), core.golden_entry(GOLDEN), default_k=2)
+    scored = events.score_result(result(), events.golden_entry(GOLDEN), default_k=2)
     assert orjson.loads(scored.payload)["k"] == 2
     assert scored.values.precision_at_k == 0.5
 
 
 def test_result_facets_override_golden_facets():
-    scored = core.score_result(result(facets={"type": "list"}), core.golden_entry(GOLDEN), 10)
+    scored = events.score_result(result(facets={"type": "list"}), events.golden_entry(GOLDEN), 10)
     assert scored.facets == {"type": "list", "x": "g"}
 
 
 def test_empty_ranking_is_a_total_miss_not_an_error():
-    scored = core.score_result(result(ranked=[]), core.golden_entry(GOLDEN), 10)
+    scored = events.score_result(result(ranked=[]), events.golden_entry(GOLDEN), 10)
     assert tuple(scored.values) == (0.0, 0.0, 0.0, 0.0, 0)
 
 
 def test_fingerprint_ignores_key_order_and_sees_grade_changes():
-    assert core.qrels_fingerprint({"a": 1, "b": 2}) == core.qrels_fingerprint({"b": 2, "a": 1})
-    assert core.qrels_fingerprint({"a": 1}) != core.qrels_fingerprint({"a": 2})
+    assert events.qrels_fingerprint({"a": 1, "b": 2}) == events.qrels_fingerprint({"b": 2, "a": 1})
+    assert events.qrels_fingerprint({"a": 1}) != events.qrels_fingerprint({"a": 2})
 
 
 @pytest.mark.parametrize(
@@ -94,8 +94,8 @@ def test_fingerprint_ignores_key_order_and_sees_grade_changes():
     ],
 )
 def test_undecodable_results_are_rejected_with_a_reason(raw, error_class, fragment):
-    with pytest.raises(core.RejectedEvent) as caught:
-        core.decode_result(raw)
+    with pytest.raises(events.RejectedEvent) as caught:
+        events.decode_result(raw)
     assert caught.value.error_class == error_class
     assert fragment in caught.value.message
     assert "\n" not in caught.value.message
@@ -104,28 +104,28 @@ def test_undecodable_results_are_rejected_with_a_reason(raw, error_class, fragme
 def test_oversized_ranking_is_rejected():
     ids = orjson.dumps([f"d{i}" for i in range(1001)])
     raw = b'{"resultId":"r","runId":"x","queryId":"q","ranked":' + ids + b"}"
-    with pytest.raises(core.RejectedEvent, match="ranked"):
-        core.decode_result(raw)
+    with pytest.raises(events.RejectedEvent, match="ranked"):
+        events.decode_result(raw)
 
 
 def test_grades_outside_0_to_3_are_rejected_on_the_wire():
-    with pytest.raises(core.RejectedEvent, match=r"qrels\.A"):
-        core.decode_golden(b'{"queryId":"q","qrels":{"A":4}}')
-    with pytest.raises(core.RejectedEvent, match=r"qrels\.A"):
-        core.decode_golden(b'{"queryId":"q","qrels":{"A":-1}}')
+    with pytest.raises(events.RejectedEvent, match=r"qrels\.A"):
+        events.decode_golden(b'{"queryId":"q","qrels":{"A":4}}')
+    with pytest.raises(events.RejectedEvent, match=r"qrels\.A"):
+        events.decode_golden(b'{"queryId":"q","qrels":{"A":-1}}')
 
 
 def test_record_key_must_be_the_query_id():
-    core.check_key(b"q1", "q1")
-    with pytest.raises(core.RejectedEvent, match="not the event's queryId"):
-        core.check_key(b"q2", "q1")
-    with pytest.raises(core.RejectedEvent, match="null"):
-        core.check_key(None, "q1")
+    events.check_key(b"q1", "q1")
+    with pytest.raises(events.RejectedEvent, match="not the event's queryId"):
+        events.check_key(b"q2", "q1")
+    with pytest.raises(events.RejectedEvent, match="null"):
+        events.check_key(None, "q1")
 
 
 def test_deadletter_headers_keep_the_originals_and_say_why_and_where():
-    error = core.RejectedEvent("InvalidJson", "bad")
-    headers = dict(core.deadletter_headers(error, "t", 3, 42, [("trace", b"abc")]))
+    error = events.RejectedEvent("InvalidJson", "bad")
+    headers = dict(events.deadletter_headers(error, "t", 3, 42, [("trace", b"abc")]))
     assert headers == {
         "trace": b"abc",
         "x-scorer-error-class": b"InvalidJson",
@@ -139,7 +139,7 @@ def test_deadletter_headers_keep_the_originals_and_say_why_and_where():
 def test_parking_is_bounded_per_query_and_evicts_the_oldest():
     parked: list = []
     for i in range(3):
-        decision = core.park(parked, b"{}", f"r{i}", now=float(i), max_per_query=2, partition=1)
+        decision = events.park(parked, b"{}", f"r{i}", now=float(i), max_per_query=2, partition=1)
         parked = decision.parked
     assert [item.result_id for item in parked] == ["r1", "r2"]
     assert [item.result_id for item in decision.evicted] == ["r0"]
@@ -148,20 +148,20 @@ def test_parking_is_bounded_per_query_and_evicts_the_oldest():
 
 def test_parked_items_read_back_from_a_changelog_are_named() -> None:
     stored = [["r1", 2.5, '{"a": 1}', 3]]  # what a JSON replay of the table gives
-    (item,) = core.parked_items(stored)
+    (item,) = events.parked_items(stored)
     assert (item.result_id, item.parked_at, item.raw, item.partition) == ("r1", 2.5, '{"a": 1}', 3)
-    assert core.parked_items(None) == []
+    assert events.parked_items(None) == []
 
 
 def test_expiry_splits_at_the_ttl():
-    parked = core.parked_items([["old", 0.0, "{}", 0], ["young", 9.0, "{}", 0]])
-    keep, expired = core.split_expired(parked, now=10.0, ttl=10.0)
+    parked = events.parked_items([["old", 0.0, "{}", 0], ["young", 9.0, "{}", 0]])
+    keep, expired = events.split_expired(parked, now=10.0, ttl=10.0)
     assert [i.result_id for i in keep] == ["young"]
     assert [i.result_id for i in expired] == ["old"]
 
 
 def test_a_redelivered_result_is_not_parked_twice():
-    first = core.park([], b"{}", "r1", now=0.0, max_per_query=5, partition=0)
-    again = core.park(first.parked, b"{}", "r1", now=1.0, max_per_query=5, partition=0)
+    first = events.park([], b"{}", "r1", now=0.0, max_per_query=5, partition=0)
+    again = events.park(first.parked, b"{}", "r1", now=1.0, max_per_query=5, partition=0)
     assert again.parked == first.parked
     assert (again.evicted, again.added) == ([], False)

@@ -1,10 +1,10 @@
 """Per-run rollups of the scored stream: pure state transitions, no Faust.
 
-The score agent sends each scored result's contribution (its position, ids,
+The results path sends each scored result's contribution (its position, ids,
 metric values and facets) to the rollup topic keyed by run id, several to a
 record (:class:`PendingRollups`: one record per run and input partition per
-flush, flushed before every offset commit); an agent there folds them into
-its run's state (a changelog-backed table value). Three things make the
+flush, flushed before every offset commit); the rollup topic's batches are
+folded into its run's state (a changelog-backed table value). Three things make the
 counts exact under at-least-once delivery:
 
 - every contribution carries the position of the input event that produced

@@ -1,4 +1,4 @@
-"""Run rollups folded from scored records (scorer.stream.runs), without Kafka:
+"""Run rollups folded from scored records (scorer.stream.run_state), without Kafka:
 each result counts once whether its record is redelivered (same position) or
 its producer sent it twice (same resultId, new position), and a ``seen`` entry
 whose run-state write was lost in a crash does not block the recount."""
@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from scorer.metrics import METRIC_NAMES
-from scorer.stream import runs
-from scorer.stream.runs import Contribution, PendingRollups, RunBatch, SourcePosition
+from scorer.stream import run_state
+from scorer.stream.run_state import Contribution, PendingRollups, RunBatch, SourcePosition
 
 Placed = Callable[[SourcePosition], Contribution]
 
@@ -59,10 +59,10 @@ class Tables:
         return batch
 
     def count(self) -> int:
-        return runs.run_document("run-a", self.rollups[b"run-a"], 100)["count"]
+        return run_state.run_document("run-a", self.rollups[b"run-a"], 100)["count"]
 
     def ndcg(self) -> float:
-        return runs.run_document("run-a", self.rollups[b"run-a"], 100)["metrics"]["ndcgAt10"]
+        return run_state.run_document("run-a", self.rollups[b"run-a"], 100)["metrics"]["ndcgAt10"]
 
 
 def at(offset: int, partition: int = 0, seq: int = 0) -> SourcePosition:
@@ -130,7 +130,7 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
     tables = Tables()
     tables.fold([(record("r1", 0.2), at(5, partition=2, seq=1))], now=1234.5)
     assert tables.seen == {
-        "run-a\x1fr1": runs.SeenEntry(
+        "run-a\x1fr1": run_state.SeenEntry(
             stream="results/2", offset=5, seq=1, seen_at=1234.5, partition=3
         )
     }
@@ -138,7 +138,7 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
 
 def expired(entries: dict[str, list], before: float, partition: int = 0) -> list[str]:
     """What a fresh expiry (a worker just started) finds due in ``entries``."""
-    return runs.SeenExpiry().expired(partition, before, entries.items, entries.get)
+    return run_state.SeenExpiry().expired(partition, before, entries.items, entries.get)
 
 
 def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
@@ -149,7 +149,7 @@ def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
 
 
 def test_pending_contributions_are_due_at_the_size_or_the_age_limit() -> None:
-    pending = runs.PendingRollups()
+    pending = run_state.PendingRollups()
     assert not pending.due(now=100.0, max_size=2, max_seconds=0.2)  # nothing pending
     pending.add(b"run-a", record("r1", 0.2)(at(1)), now=10.0)
     assert not pending.due(now=10.1, max_size=2, max_seconds=0.2)
@@ -193,7 +193,9 @@ def test_pending_contributions_go_out_one_record_per_input_partition_and_run() -
     assert (pending.size, pending.since) == (4, 10.0)
     records = pending.drain()
     assert pending.size == 0 and pending.drain() == []
-    by_group = {(source.partition, key): runs.decode_contributions(v) for source, key, v in records}
+    by_group = {
+        (source.partition, key): run_state.decode_contributions(v) for source, key, v in records
+    }
     assert set(by_group) == {(0, b"run-a"), (0, b"run-b"), (1, b"run-a")}
     # In input order within a record, and each record is sent as of its first input.
     assert [c.result_id for c in by_group[0, b"run-a"]] == ["r1", "r4"]
@@ -207,7 +209,7 @@ def test_contributions_survive_the_wire_unchanged() -> None:
     pending = PendingRollups()
     pending.add(b"run", item)
     [(_, _, raw)] = pending.drain()
-    assert runs.decode_contributions(raw) == [item]
+    assert run_state.decode_contributions(raw) == [item]
 
 
 def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> None:
@@ -221,13 +223,13 @@ def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> 
         scans.append(1)
         return list(table.items())
 
-    expiry = runs.SeenExpiry()
+    expiry = run_state.SeenExpiry()
     assert expiry.expired(0, 11.0, entries, table.get) == ["a"]
     for key, seen_at in (("c", 20.0), ("d", 30.0)):
-        entry = runs.SeenEntry("results/0", 2, 0, seen_at, 0)
+        entry = run_state.SeenEntry("results/0", 2, 0, seen_at, 0)
         table[key] = entry
         expiry.noted(key, entry)
-    table["c"] = runs.SeenEntry("results/0", 3, 0, 40.0, 0)  # renewed since
+    table["c"] = run_state.SeenEntry("results/0", 3, 0, 40.0, 0)  # renewed since
     assert expiry.expired(0, 35.0, entries, table.get) == ["d"]
     assert len(scans) == 1, "the table is listed once per partition, not per sweep"
     expiry.reset()  # a rebalance: filled from the table again
@@ -237,10 +239,10 @@ def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> 
 
 def test_a_contribution_carries_its_confidence_and_old_wire_records_decode_without() -> None:
     item = Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, confidence=-0.25)
-    assert runs.decode_contributions(orjson.dumps([item.to_wire()])) == [item]
+    assert run_state.decode_contributions(orjson.dumps([item.to_wire()])) == [item]
     # A record written before the confidence was (eight items): None.
     old = ["results", 0, 4, 0, "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}]
-    assert runs.decode_contributions(orjson.dumps([old])) == [
+    assert run_state.decode_contributions(orjson.dumps([old])) == [
         Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, None)
     ]
 
@@ -263,7 +265,7 @@ def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
     tables.fold([(make, at(offset)) for offset, make in enumerate(example[:3])])
     tables.fold([(example[2], at(2)), (example[3], at(3)), (example[4], at(4))])
     tables.fold([(example[0], at(9))])
-    document = runs.risk_document("run-a", tables.rollups[b"run-a"])
+    document = run_state.risk_document("run-a", tables.rollups[b"run-a"])
     assert document["runId"] == "run-a"
     assert document["updatedAt"] == "t"
     assert (document["withConfidence"], document["withoutConfidence"]) == (4, 1)
@@ -279,9 +281,9 @@ def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
     tables = Tables()
     tables.fold([(confident("r1", 0.5, 1, 1.0), at(0))])
     del tables.rollups[b"run-a"]["risk"]
-    assert runs.risk_document("run-a", tables.rollups[b"run-a"])["withConfidence"] == 0
+    assert run_state.risk_document("run-a", tables.rollups[b"run-a"])["withConfidence"] == 0
     tables.fold([(confident("r2", 0.5, 0, 0.0), at(1))])
-    document = runs.risk_document("run-a", tables.rollups[b"run-a"])
+    document = run_state.risk_document("run-a", tables.rollups[b"run-a"])
     assert (document["withConfidence"], document["miss"]["aurc"]) == (1, 1.0)
     assert tables.count() == 2
 
@@ -306,7 +308,7 @@ def test_the_facet_cap_is_the_same_offline_and_live() -> None:
     for key, state in batch.finish("t").items():
         tables.rollups[key] = orjson.loads(orjson.dumps(state))
     offline_facets = offline.summary()["facets"]
-    live_facets = runs.run_document("run-a", tables.rollups[b"run-a"], 100)["facets"]
+    live_facets = run_state.run_document("run-a", tables.rollups[b"run-a"], 100)["facets"]
     for facets in (offline_facets, live_facets):
         assert len(facets["type"]) == MAX_FACET_VALUES_PER_RUN + 1
         assert facets["type"]["other"]["count"] == n - MAX_FACET_VALUES_PER_RUN
