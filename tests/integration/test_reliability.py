@@ -42,7 +42,7 @@ from scorer.settings import Settings
 from scorer.stream import run_state
 from tests.integration.test_worker import wait_for
 from tests.support.kafka import settings_for
-from tests.support.worker import Worker, free_port, read_topic
+from tests.support.worker import Worker, free_port, read_topic, wait_all_committed
 
 pytestmark = pytest.mark.integration
 
@@ -336,7 +336,7 @@ def assert_rollups_count_each_result_once(
             f"rollup counts {got}, expected {dict(expected)}; "
             f"{rollup_topic_census(worker.settings, results)}"
         ) from None
-    time.sleep(2.0)  # a late redelivery would show up now
+    wait_all_committed(worker.settings, timeout)  # no late redelivery can come after this
     qrels = {query.query_id: query.qrels for query in golden}
     for run, count in expected.items():
         document = api_run(worker, run)

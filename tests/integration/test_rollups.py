@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 
 import orjson
@@ -18,7 +17,7 @@ from scorer.rollup import RunRollup
 from scorer.settings import Settings
 from tests.integration.test_worker import offline_eval, wait_for, write_jsonl
 from tests.support.kafka import settings_for
-from tests.support.worker import SCORER, Worker, worker_env
+from tests.support.worker import SCORER, Worker, wait_all_committed, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +190,7 @@ def test_rollups_survive_a_restart_without_double_counting(settings, workers, tr
     workers[0].start()
     for worker in workers:
         worker.wait_ready(90)
-    time.sleep(3)
+    wait_all_committed(settings)
     for run in RUNS:
         status, document = api(workers[0], f"/api/v1/evals/runs/{run}/metrics")
         assert status == 200
@@ -207,7 +206,7 @@ def test_rollups_survive_a_restart_without_double_counting(settings, workers, tr
         added = sum(1 for r in extra if r.run_id == run)
         want = before[run]["count"] + added
         wait_for(lambda run=run, want=want: run_count(workers[1], run) == want, 60, run)
-    time.sleep(2)
+    wait_all_committed(settings)
     expected = expected_rollups(demo, results)
     for run in RUNS:
         document = api(workers[1], f"/api/v1/evals/runs/{run}/metrics")[1]
@@ -226,7 +225,7 @@ def test_results_their_producer_sent_again_count_once(settings, workers, traffic
         return sum(worker.metric("scorer_rollup_resent_total") for worker in workers)
 
     wait_for(lambda: dropped() >= len(resent), 60, "resent results recognised")
-    time.sleep(1)
+    wait_all_committed(settings)
     assert dropped() == len(resent)
     expected = expected_rollups(demo, results)
     for run in RUNS:

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from pydantic import SecretStr
 
+from scorer.kafka.topics import describe_topics
 from scorer.settings import Settings
 
 SCORER = str(Path(sys.executable).with_name("scorer"))
@@ -181,3 +182,57 @@ def consume(
     """Read ``topic`` from the start until ``expected`` records arrived (or the
     timeout), then a short while longer to catch any surplus (duplicates)."""
     return read_topic(settings, topic, lambda records: len(records) >= expected, timeout, grace=2.0)
+
+
+def uncommitted_records(settings: Settings, topics: list[str]) -> dict[str, int]:
+    """Per partition of ``topics`` (``"topic/partition"``), how many committed records
+    lie past the worker group's committed offset: what a restart or a rebalance would
+    hand to a worker again. Empty once the group has committed everything it read.
+
+    Read with read_committed from the committed offset to the last stable offset, so
+    transaction markers and aborted records (never handed to a worker) do not count.
+    """
+    behind = {
+        TopicPartition(report.name, partition.partition): partition.committed or 0
+        for report in describe_topics(settings, topics)
+        for partition in report.partitions
+        if partition.end > (partition.committed or 0)
+    }
+
+    async def run() -> dict[str, int]:
+        consumer = AIOKafkaConsumer(
+            **settings.aiokafka_options(),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        counts = dict.fromkeys(behind, 0)
+        try:
+            consumer.assign(list(behind))
+            ends = await consumer.end_offsets(list(behind))
+            for tp, offset in behind.items():
+                consumer.seek(tp, offset)
+            left = {tp for tp in behind if ends[tp] > behind[tp]}
+            deadline = time.monotonic() + 30
+            while left and time.monotonic() < deadline:
+                batch = await consumer.getmany(*left, timeout_ms=500)
+                for tp, records in batch.items():
+                    counts[tp] += len(records)
+                left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
+        finally:
+            await consumer.stop()
+        return {f"{tp.topic}/{tp.partition}": n for tp, n in counts.items() if n}
+
+    return asyncio.run(run()) if behind else {}
+
+
+def wait_all_committed(settings: Settings, timeout: float = 60.0) -> None:
+    """Wait until the worker group has committed every result and rollup record it
+    read: from then on no redelivery can change what the workers counted."""
+    topics = [settings.results_topic, settings.rollup_topic]
+    deadline = time.monotonic() + timeout
+    while (left := uncommitted_records(settings, topics)) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    if left:
+        raise AssertionError(f"after {timeout:.0f} s, records still not committed: {left}")
