@@ -2,7 +2,7 @@
 
 If the system answered only when retrieval was confident, what share of the
 traffic would it serve (coverage) and how often would retrieval fail on it
-(selective risk)? Pinned in DESIGN.md ("Risk–coverage"); Geifman & El-Yaniv
+(selective risk)? Pinned in docs/metrics.md ("Risk–coverage"); Geifman & El-Yaniv
 (2017) for selective risk, Geifman, Uziel & El-Yaniv (2019) for AURC and E-AURC.
 
 For the ``n`` results that have a confidence, sorted by confidence, highest

@@ -3,7 +3,7 @@
 The offline block (:mod:`scorer.risk_coverage`) keeps every result; a run in
 the streaming worker keeps this instead, in its rollup state, and answers the
 same JSON block (:meth:`RiskSketch.summary`) from it. Definitions (confidence,
-losses, ties by expectation, AURC, optimal AURC, E-AURC) are DESIGN.md's
+losses, ties by expectation, AURC, optimal AURC, E-AURC) are docs/metrics.md's
 ("Risk–coverage") and the losses are :func:`scorer.risk_coverage.losses_of`.
 
 **Confidence buckets** (DDSketch-style, Masson, Rim & Lee 2019): a confidence
@@ -12,7 +12,7 @@ bucket of its own), ``gamma = (1 + a) / (1 - a)`` with relative accuracy
 ``a = RELATIVE_ACCURACY``: ``2 gamma^i / (gamma + 1)`` is within ``a x`` of
 every confidence ``x`` of bucket ``i``. A bucket holds the count of its results and the sums
 of their two losses, and **is a tie group**: inside it, losses count by the
-bucket's mean loss, as DESIGN.md's ties do. At most ``MAX_BUCKETS`` buckets:
+bucket's mean loss, as docs/metrics.md's ties do. At most ``MAX_BUCKETS`` buckets:
 beyond, the buckets nearest zero are folded into zero's (both signs at once,
 the smallest magnitude first), so the state stays bounded whatever the
 confidences: relative accuracy is cheap far from zero and dear near it (a

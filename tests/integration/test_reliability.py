@@ -1,4 +1,4 @@
-"""DESIGN.md's guarantees under attack: real broker, real worker processes, real SIGKILLs.
+"""The guarantees of docs/operations.md under attack: real broker, real worker processes, real SIGKILLs.
 
 - crash: a steady stream of results, the worker SIGKILLed after a random number
   of results scored (``CRASH_TEST_SEED`` replays a run; the seed is printed)

@@ -19,7 +19,7 @@ from scorer.io import read_golden
 from scorer.io import runs as run_reader
 from scorer.risk_coverage import loss_curve
 
-# DESIGN.md's example at k = 1: top confidences 0.9, 0.8, 0.8, 0.1 and misses 0, 1, 0, 1.
+# docs/metrics.md's example at k = 1: top confidences 0.9, 0.8, 0.8, 0.1 and misses 0, 1, 0, 1.
 QRELS = "q1 0 g1 2\nq2 0 g2 1\nq3 0 g3 3\nq4 0 g4 1\nq5 0 g5 1\n"
 # Lines out of trec_eval's order: the confidence is the top score after ordering.
 RUN = (

@@ -1,4 +1,4 @@
-"""The seed's worked example and each pinned metric convention (DESIGN.md), one test each.
+"""The seed's worked example and each pinned metric convention (docs/metrics.md), one test each.
 
 Expected values are worked out by hand from the formulas, never taken from our code.
 """

@@ -1,4 +1,4 @@
-"""scorer.risk_coverage: DESIGN.md's worked example, ties by expectation in any
+"""scorer.risk_coverage: docs/metrics.md's worked example, ties by expectation in any
 input order, the properties of AURC, and a differential test against a naive
 implementation that averages the plain AURC over every order of each tie group,
 in exact fractions."""
@@ -22,7 +22,7 @@ from scorer.risk_coverage import (
     loss_curve,
 )
 
-# DESIGN.md, "Risk–coverage": confidences [0.9, 0.8, 0.8, 0.1], misses [0, 1, 0, 1].
+# docs/metrics.md, "Risk–coverage": confidences [0.9, 0.8, 0.8, 0.1], misses [0, 1, 0, 1].
 EXAMPLE_CONFIDENCES = [0.9, 0.8, 0.8, 0.1]
 EXAMPLE_MISSES = [0.0, 1.0, 0.0, 1.0]
 

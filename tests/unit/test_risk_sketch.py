@@ -57,7 +57,7 @@ def assert_close(got, expected, tolerance: float) -> None:
 
 
 def test_the_worked_example_of_the_design() -> None:
-    # DESIGN.md: confidences [0.9, 0.8, 0.8, 0.1], misses [0, 1, 0, 1].
+    # docs/metrics.md (Risk–coverage): confidences [0.9, 0.8, 0.8, 0.1], misses [0, 1, 0, 1].
     results = [
         (c, values(1 - m, 1.0 - m)) for c, m in zip((0.9, 0.8, 0.8, 0.1), (0, 1, 0, 1), strict=True)
     ]

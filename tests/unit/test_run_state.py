@@ -253,7 +253,7 @@ def confident(result_id: str, confidence: float | None, hit: int, ndcg: float) -
 
 
 def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
-    # DESIGN.md's worked example, one record redelivered and one resent by its producer.
+    # docs/metrics.md's worked example, one record redelivered and one resent by its producer.
     example = [
         confident("r1", 0.9, 1, 1.0),
         confident("r2", 0.8, 0, 0.0),
