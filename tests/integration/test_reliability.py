@@ -1,4 +1,4 @@
-"""The guarantees of docs/operations.md under attack: real broker, real worker processes, real SIGKILLs.
+"""docs/operations.md's guarantees under attack: real broker, real workers, real SIGKILLs.
 
 - crash: a steady stream of results, the worker SIGKILLed after a random number
   of results scored (``CRASH_TEST_SEED`` replays a run; the seed is printed)
@@ -36,7 +36,7 @@ from aiokafka.errors import KafkaError
 from schemas import GoldenQuery, RetrievalResult
 from scorer.demo import DemoTraffic
 from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
-from scorer.kafka.topics import ensure_topics
+from scorer.kafka.topics import describe_topics, ensure_topics
 from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from scorer.stream import run_state
@@ -409,6 +409,7 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         points = kill_points(random.Random(seed))
         print(f"\n[crash {guarantee}] CRASH_TEST_SEED={seed}: kills after {points} scored")
         recoveries = []
+        redeliverable = 0
         for point in points:
             wait_for_scored(worker, point, 60)
             # This incarnation found every query in the (recovered) qrels table.
@@ -417,6 +418,12 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
             assert sent_at_kill < CRASH_RESULTS, f"every kill happens mid-stream (seed {seed})"
             killed = time.monotonic()
             worker.stop(signal.SIGKILL)
+            # What a restart hands out again: at most every record not committed.
+            redeliverable += sum(
+                partition.end - (partition.committed or 0)
+                for (report,) in [describe_topics(settings, [settings.results_topic])]
+                for partition in report.partitions
+            )
             worker.start(ready_timeout=120)
             ready = time.monotonic() - killed
             wait_for(lambda: outcome(worker, "scored") > 0, 60, "scoring resumed")
@@ -438,8 +445,9 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
             # A read_committed consumer sees every result once (faust_edge.transactions).
             assert made_by_worker == 0, f"{made_by_worker} duplicates made by the worker"
         else:
-            # At-least-once redelivers at most a few seconds of work per kill.
-            assert 0 <= made_by_worker <= KILLS * CRASH_RATE * 10
+            # At-least-once redelivers at most what was not committed at each kill (a
+            # kill in the backlog built up during a restart can redeliver all of it).
+            assert 0 <= made_by_worker <= redeliverable, (made_by_worker, redeliverable)
         if guarantee == "at_least_once":
             # Killed between two offset commits: redelivered results were scored again.
             assert made_by_worker > 0
@@ -451,7 +459,8 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         print(
             f"\n[crash {guarantee}] results in {len(results)}, scored records {len(records)}, "
             f"distinct {len(tally.copies)}, duplicates {tally.duplicates} "
-            f"(made by the worker {made_by_worker}, inputs resent {feeder.resent}), "
+            f"(made by the worker {made_by_worker}, at most {redeliverable} uncommitted at the "
+            f"kills; inputs resent {feeder.resent}), "
             f"rollup duplicates dropped by the last worker {rollup_duplicates:.0f}, "
             "kills (sent at kill, ready s, scoring again s): "
             + ", ".join(f"({s}, {r:.1f}, {a:.1f})" for s, r, a in recoveries)
