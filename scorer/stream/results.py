@@ -96,11 +96,12 @@ class ResultBatches:
     def __init__(self, parts: StreamParts) -> None:
         self.parts = parts
         self.parked_out = parts.edge.writer(parts.parked_table)
+        self.qrels = parts.edge.writer(parts.qrels_table)
 
     def __call__(self, tp: TP, records: list[Any]) -> list[Output]:
         parts = self.parts
         telemetry = parts.telemetry
-        qrels = parts.qrels_table
+        qrels = self.qrels
         started = time.perf_counter()
         now = time.time()
         outputs: list[Output] = []
@@ -149,7 +150,7 @@ class ResultBatches:
         query_id = result.query_id
         current = parked.get(query_id)
         if current is None:
-            current = events.parked_items(parts.parked_table.get(query_id))
+            current = events.parked_items(self.parked_out.get(query_id))
         decision = events.park(
             current, raw, result.result_id, now, settings.parking_max_per_query, partition
         )

@@ -49,10 +49,10 @@ def register(parts: StreamParts) -> None:
         now = time.time()
         partition = tp.partition
         batch = run_state.RunBatch(
-            rollup_table.get,
-            run_queries_table.get,
+            rollups_out.get,
+            queries_out.get,
             settings.rollup_max_queries,
-            load_seen=seen_table.get if dedupe else None,
+            load_seen=seen_out.get if dedupe else None,
             partition=partition,
             now=now,
         )
@@ -87,5 +87,5 @@ def register(parts: StreamParts) -> None:
         if parts.app.consumer_generation_id != generation[0]:
             generation[0] = parts.app.consumer_generation_id
             expiry.reset()
-        for key in expiry.expired(partition, before, seen_table.items, seen_table.get):
+        for key in expiry.expired(partition, before, seen_table.items, seen_out.get):
             seen_out.delete(key, partition, outputs)

@@ -72,3 +72,37 @@ def test_the_monitor_keeps_its_service_children(tmp_path) -> None:
     monitor.on_message_in(TP("results", 0), 1, SimpleNamespace())
     assert isinstance(monitor._children, list)
     assert all(hasattr(child, "stop") for child in monitor._children)
+
+
+def test_a_batch_handlers_table_operations_are_counted_when_reported(tmp_path) -> None:
+    """The batch path reads and writes a table's store directly (ChangelogWriter), and
+    reports the counts to Faust's table-operation series after each batch."""
+    scorer = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path))
+    monitor, registry = scorer.app.monitor, scorer.telemetry.registry
+    writer = scorer.parts.edge.writer(scorer.parts.parked_table)
+    outputs: list = []
+    assert writer.get("q1") is None
+    writer.set("q1", [["r1", 0.0, "{}", 0]], 3, outputs)
+    assert writer.get("q1") == [["r1", 0.0, "{}", 0]]
+    writer.delete("q1", 3, outputs)
+    writer.delete("q1", 3, outputs)  # absent now: no tombstone, not counted
+
+    def operations() -> dict[str, float | None]:
+        return {
+            operation: sample(
+                registry, "retrieval_scorer_table_operations_total",
+                table="table.parked", operation=operation,
+            )
+            for operation in ("keys_retrieved", "keys_updated", "keys_deleted")
+        }  # fmt: skip
+
+    assert operations() == dict.fromkeys(("keys_retrieved", "keys_updated", "keys_deleted"))
+    writer.report(monitor)
+    counted = {"keys_retrieved": 2.0, "keys_updated": 1.0, "keys_deleted": 1.0}
+    assert operations() == counted
+    writer.report(monitor)
+    assert operations() == counted
+    assert [(output.partition, output.value is None) for output in outputs] == [
+        (3, False),
+        (3, True),
+    ]

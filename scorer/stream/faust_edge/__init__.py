@@ -41,16 +41,31 @@ class Edge:
         self.consumer_class = consumer_class
         self.ledger: InputLedger = consumer_class.ledger
         self.transactions = Transactions(app)
+        self._writers: list[ChangelogWriter] = []
 
     def route(self, topic: Any, handler: BatchHandler) -> None:
         """Deliver ``topic``'s records to ``handler`` a fetched batch at a time (instead
         of an agent). The topic is subscribed and co-partitioned as an agent's is."""
         self.app.topics.add(topic)
-        self.consumer_class.batch_handlers[topic.get_topic_name()] = handler
+        writers = self._writers
+        app = self.app
+
+        def counted(tp: Any, records: list[Any]) -> list[Output]:
+            try:
+                return handler(tp, records)
+            finally:
+                monitor = app.monitor
+                for writer in writers:
+                    writer.report(monitor)
+
+        self.consumer_class.batch_handlers[topic.get_topic_name()] = counted
 
     def writer(self, table: Any) -> ChangelogWriter:
-        """Writes to ``table`` from a batch handler, as outputs of the batch."""
-        return ChangelogWriter(self.app, table)
+        """Reads and writes ``table`` from a batch handler, its writes as outputs of the
+        batch; the operations are reported to Faust's monitor after every batch."""
+        writer = ChangelogWriter(self.app, table)
+        self._writers.append(writer)
+        return writer
 
     def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` at the start of every offset commit, between two batches."""

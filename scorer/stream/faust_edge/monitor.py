@@ -76,6 +76,10 @@ class CachedPrometheusMonitor(PrometheusMonitor):
     def _table_op(self, table: Any, operation: str) -> None:
         self._child(self._metrics.table_operations, f"table.{table.name}", operation).inc()
 
+    def count_table_operations(self, table: Any, operation: str, n: int) -> None:
+        """``n`` operations of a batch handler on ``table`` (``ChangelogWriter.report``)."""
+        self._child(self._metrics.table_operations, f"table.{table.name}", operation).inc(n)
+
     def on_table_get(self, table: Any, key: Any) -> None:
         Monitor.on_table_get(self, table, key)
         self._table_op(table, self.KEYS_RETRIEVED)
