@@ -114,14 +114,17 @@ class MetricHistograms:
         self._series: dict[tuple[str, str], list[list[float]]] = {}
         registry.register(self)
 
-    def observe(self, pair: tuple[str, str], values: MetricValues) -> None:
-        series = self._series.get(pair)
-        if series is None:
-            series = self._series[pair] = [[0.0] * (len(self._les) + 1) for _ in METRIC_SERIES]
+    def observe(self, pairs: Iterable[tuple[str, str]], values: MetricValues) -> None:
+        """One result's metric ``values`` under each of its label ``pairs``."""
         bounds = self._bounds
-        for counts, value in zip(series, values, strict=True):
-            counts[bisect_left(bounds, value)] += 1
-            counts[-1] += value
+        buckets = [bisect_left(bounds, value) for value in values]
+        for pair in pairs:
+            series = self._series.get(pair)
+            if series is None:
+                series = self._series[pair] = [[0.0] * (len(self._les) + 1) for _ in METRIC_SERIES]
+            for counts, bucket, value in zip(series, buckets, values, strict=True):
+                counts[bucket] += 1
+                counts[-1] += value
 
     def describe(self) -> list[HistogramMetricFamily]:
         return [self._family(i) for i in range(len(METRIC_SERIES))]
@@ -163,18 +166,21 @@ class ConfidenceCounters:
         registry.register(self)
 
     def observe(
-        self, pair: tuple[str, str], confidence: float | None, values: MetricValues
+        self, pairs: Iterable[tuple[str, str]], confidence: float | None, values: MetricValues
     ) -> None:
-        series = self._series.get(pair)
-        if series is None:
-            series = self._series[pair] = [[0.0] * len(self._buckets) for _ in self.QUANTITIES]
-        if confidence is None:
-            return
-        bucket = bisect_left(self._edges, confidence)
-        miss, ndcg_loss = losses_of(values)
-        series[0][bucket] += 1
-        series[1][bucket] += miss
-        series[2][bucket] += ndcg_loss
+        """One result's losses in its confidence bucket, under each of its label ``pairs``
+        (a result without a confidence only makes its pairs' series exist)."""
+        if confidence is not None:
+            bucket = bisect_left(self._edges, confidence)
+            miss, ndcg_loss = losses_of(values)
+        for pair in pairs:
+            series = self._series.get(pair)
+            if series is None:
+                series = self._series[pair] = [[0.0] * len(self._buckets) for _ in self.QUANTITIES]
+            if confidence is not None:
+                series[0][bucket] += 1
+                series[1][bucket] += miss
+                series[2][bucket] += ndcg_loss
 
     def describe(self) -> list[CounterMetricFamily]:
         return [family for name in self.QUANTITIES for family in self._families(name)]
@@ -292,11 +298,9 @@ class Telemetry:
         """Count one scored result and observe its metrics (and its losses by confidence)
         under each label pair."""
         self.scored.inc()
-        observe = self.metric_histograms.observe
-        by_confidence = self.confidence_counters.observe
-        for pair in self.facet_labels.label_pairs(facets):
-            observe(pair, values)
-            by_confidence(pair, confidence, values)
+        pairs = self.facet_labels.label_pairs(facets)
+        self.metric_histograms.observe(pairs, values)
+        self.confidence_counters.observe(pairs, confidence, values)
 
     def count_unjudged(self, n: int = 1) -> None:
         self.results.labels("unjudged").inc(n)
