@@ -14,6 +14,7 @@ Faust's own callback does it.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from scorer.stream.faust_edge.consumer import Output
@@ -32,6 +33,7 @@ class ChangelogWriter:
         self.app = app
         self.table = table
         self.reads = self.writes = self.deletes = 0
+        self._changelog: tuple[str, Any, Any] | None = None
 
     def get(self, key: Any) -> Any:
         """``table.get(key)``: the stored value, None when absent."""
@@ -66,16 +68,21 @@ class ChangelogWriter:
             outputs.append(self._record(key, None, partition))
 
     def _record(self, key: Any, value: Any, partition: int) -> Output:
-        table = self.table
-        topic = table.changelog_topic
-        key_bytes, _ = topic.prepare_key(key, table.key_serializer)
-        value_bytes = None
-        if value is not None:
-            value_bytes, _ = topic.prepare_value(value, table.value_serializer)
+        changelog = self._changelog
+        if changelog is None:
+            # Looked up once: the table makes its changelog topic on first use.
+            table = self.table
+            topic = table.changelog_topic
+            changelog = self._changelog = (
+                topic.get_topic_name(),
+                partial(topic.prepare_key, key_serializer=table.key_serializer),
+                partial(topic.prepare_value, value_serializer=table.value_serializer),
+            )
+        name, prepare_key, prepare_value = changelog
         return Output(
-            topic.get_topic_name(),
-            key_bytes,
-            value_bytes,
+            name,
+            prepare_key(key)[0],
+            None if value is None else prepare_value(value)[0],
             partition=partition,
             on_sent=self._persisted,
         )
