@@ -31,6 +31,7 @@ from scorer.evaluation import (
 )
 from scorer.io import InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
+from scorer.io.detect import gc_paused
 from scorer.io.runs import COLUMNAR_MIN_BYTES
 from scorer.metrics import METRIC_NAMES
 from scorer.risk_coverage import LOSSES
@@ -160,17 +161,27 @@ def eval_command(
     if runs.count(STDIN) > 1:
         raise click.UsageError("standard input (-) can be read only once")
     try:
-        # A run big enough for pyarrow pays its import for the qrels too.
-        columnar = any(run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs)
-        golden = read_golden(qrels, columnar=columnar)
-        sources: list[tuple[str, list[Evaluation]]] = []
-        for run in runs:
-            name = STDIN_NAME if run == STDIN else run
-            with _run_file(run) as path, _progress_bar(path) as progress:
-                evaluations = evaluate_run_file_cutoffs(
-                    golden, path, ks=ks, complete=complete, per_query=per_query, progress=progress
-                )
-            sources.append((name, evaluations))
+        # Reading and scoring make millions of objects and no cycles: the
+        # collector's passes over them cost ~10% (measured).
+        with gc_paused():
+            # A run big enough for pyarrow pays its import for the qrels too.
+            columnar = any(
+                run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs
+            )
+            golden = read_golden(qrels, columnar=columnar)
+            sources: list[tuple[str, list[Evaluation]]] = []
+            for run in runs:
+                name = STDIN_NAME if run == STDIN else run
+                with _run_file(run) as path, _progress_bar(path) as progress:
+                    evaluations = evaluate_run_file_cutoffs(
+                        golden,
+                        path,
+                        ks=ks,
+                        complete=complete,
+                        per_query=per_query,
+                        progress=progress,
+                    )
+                sources.append((name, evaluations))
     except InputError as error:
         click.echo(str(error), err=True)
         sys.exit(2)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scorer.io.detect import FileKind, detect_kind, open_binary, open_text
+from scorer.io.detect import FileKind, detect_kind, gc_paused, open_binary, open_text
 from scorer.io.errors import InputError
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def _columnar_trec_qrels(path: Path) -> Golden | None:
     from scorer.io import columnar
 
     golden: Golden = {}
-    with open_binary(path) as file, columnar.gc_paused():
+    with open_binary(path) as file, gc_paused():
         for raw in columnar.line_chunks(file):
             read = columnar.qrels_runs(raw)
             if read is None:

@@ -357,6 +357,19 @@ def test_non_ascii_spaces_are_every_one_str_split_knows() -> None:
     assert "".join(splits) == columnar.NON_ASCII_SPACES
 
 
+@pytest.mark.parametrize("block", [1, 3, 4, 1 << 20])
+def test_control_bytes_are_counted_across_blocks(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    import numpy as np
+
+    monkeypatch.setattr(columnar, "_BLOCK_BYTES", block)
+    data = np.frombuffer(b"q1 Q0 a 1 2 r\nq1\tQ0 b 2 3 r\r\n\x1f \n", np.uint8)
+    expected = sum(1 for byte in data.tolist() if byte < 0x20)
+    assert columnar._count_below(data, 0x20) == expected == 6
+    assert columnar._count_below(data[:0], 0x20) == 0
+
+
 def test_long_runs_of_a_query_apart_in_one_chunk_are_merged(tmp_path: Path) -> None:
     # Runs of 10+ lines (grouped by run, not line by line), queries and tags recurring.
     text = "".join(
@@ -375,11 +388,12 @@ def test_long_runs_of_a_query_apart_in_one_chunk_are_merged(tmp_path: Path) -> N
     )
 
 
-def test_the_fast_path_does_not_import_pandas(tmp_path: Path) -> None:
+def test_the_fast_path_imports_neither_pandas_nor_pyarrow_compute(tmp_path: Path) -> None:
     import subprocess
 
-    # pyarrow imports pandas (~0.5 s) from to_numpy, pa.array and pa.scalar; the
-    # columnar reader goes around them. Both orders of lines, and qrels.
+    # pyarrow imports pandas (~0.5 s) from to_numpy, pa.array and pa.scalar, and
+    # pyarrow.compute (~25 ms) from take and cast; the columnar reader goes around
+    # them. Both orders of lines, and qrels.
     grouped = "".join(f"q{n // 3} Q0 d{n} {n} {9 - n % 3} r\n" for n in range(30))
     scattered = "".join(sorted(grouped.splitlines(keepends=True), key=lambda line: line[-8:]))
     run = write(tmp_path, "run.txt", grouped + scattered.replace(" r\n", " s\n"))
@@ -391,7 +405,7 @@ def test_the_fast_path_does_not_import_pandas(tmp_path: Path) -> None:
         f"assert columnar.run_blocks(Path({str(run)!r}).read_bytes()) is not None\n"
         f"assert columnar.qrels_runs(Path({str(qrels)!r}).read_bytes()) is not None\n"
         f"read_golden(Path({str(qrels)!r}), columnar=True)\n"
-        "print('pandas' in sys.modules)\n"
+        "print('pandas' in sys.modules, 'pyarrow.compute' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.stdout.strip() == "False", done.stderr
+    assert done.stdout.strip() == "False False", done.stderr
