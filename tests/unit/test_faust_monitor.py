@@ -109,3 +109,5 @@ def test_a_batch_handlers_table_operations_are_counted_when_reported(tmp_path) -
     # What Faust's recovery reads back: the JSON of the value, then a tombstone.
     assert orjson.loads(outputs[0].value) == [["r1", 0.0, "{}", 0]]
     assert outputs[1].value is None
+    # A memory store keeps no changelog offsets: nothing to do when a record is sent.
+    assert [output.on_sent for output in outputs] == [None, None]

@@ -9,13 +9,16 @@ stalls until they drain. A batch handler writes through a
 changelog record joins the batch's outputs, sent with them by the batch path
 (in the input partition's transaction under exactly_once) and serialized as
 Faust would. The persisted offset (rocksdb) follows the broker's answer, as
-Faust's own callback does it.
+Faust's own callback does it; a memory store persists none, so its records
+carry no callback.
 """
 
 from __future__ import annotations
 
 from functools import partial
 from typing import Any
+
+from faust.stores.memory import Store as MemoryStore
 
 from scorer.stream.faust_edge.consumer import Output
 
@@ -33,7 +36,7 @@ class ChangelogWriter:
         self.app = app
         self.table = table
         self.reads = self.writes = self.deletes = 0
-        self._changelog: tuple[str, Any, Any] | None = None
+        self._changelog: tuple[str, Any, Any, Any] | None = None
 
     def get(self, key: Any) -> Any:
         """``table.get(key)``: the stored value, None when absent."""
@@ -77,14 +80,16 @@ class ChangelogWriter:
                 topic.get_topic_name(),
                 partial(topic.prepare_key, key_serializer=table.key_serializer),
                 partial(topic.prepare_value, value_serializer=table.value_serializer),
+                # A memory store keeps no changelog offset: no callback per record.
+                None if isinstance(table.data, MemoryStore) else self._persisted,
             )
-        name, prepare_key, prepare_value = changelog
+        name, prepare_key, prepare_value, on_sent = changelog
         return Output(
             name,
             prepare_key(key)[0],
             None if value is None else prepare_value(value)[0],
             partition=partition,
-            on_sent=self._persisted,
+            on_sent=on_sent,
         )
 
     def _persisted(self, future: Any) -> None:
