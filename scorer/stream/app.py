@@ -126,7 +126,6 @@ def create_app(settings: Settings) -> Scorer:
         seen_table=app.Table("rollup_seen", default=None, partitions=settings.partitions),
     )
     telemetry.judged_queries.set_function(lambda: len(parts.qrels_table))
-    telemetry.rollup_seen_ids.set_function(lambda: len(parts.seen_table))
 
     edge.route(parts.results_topic, ResultBatches(parts))
     qrels.register(parts)

@@ -30,7 +30,8 @@ def register(parts: StreamParts) -> None:
     seen_table = parts.seen_table
     dedupe = settings.rollup_dedupe_seconds
     next_seen_sweep: dict[int, float] = {}
-    expiry = run_state.SeenExpiry()
+    seen = run_state.SeenIndex()
+    telemetry.rollup_seen_ids.set_function(lambda: len(seen))
     generation = [parts.app.consumer_generation_id]
     rollups_out = edge.writer(rollup_table)
     queries_out = edge.writer(run_queries_table)
@@ -48,11 +49,16 @@ def register(parts: StreamParts) -> None:
         (every run here lives in this partition: the topic is keyed by run)."""
         now = time.time()
         partition = tp.partition
+        if parts.app.consumer_generation_id != generation[0]:
+            generation[0] = parts.app.consumer_generation_id
+            seen.reset()  # the tables were recovered anew
+        if dedupe:
+            seen.load(partition, seen_table.items)
         batch = run_state.RunBatch(
             rollups_out.get,
             queries_out.get,
             settings.rollup_max_queries,
-            load_seen=seen_out.get if dedupe else None,
+            load_seen=seen.get if dedupe else None,
             partition=partition,
             now=now,
         )
@@ -62,9 +68,9 @@ def register(parts: StreamParts) -> None:
         outputs: list[Output] = []
         for key, entry in batch.queries.items():
             queries_out.set(key, entry, partition, outputs)
-        for key, seen in batch.seen.items():
-            seen_out.set(key, seen, partition, outputs)
-            expiry.noted(key, seen)
+        if batch.seen:
+            key = run_state.seen_block_key(partition, records[0].offset, time.time_ns())
+            seen_out.set(key, seen.add(partition, key, now, batch.seen), partition, outputs)
         for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():
             rollups_out.set(key, state, partition, outputs)
         if batch.duplicates:
@@ -77,15 +83,8 @@ def register(parts: StreamParts) -> None:
             due = next_seen_sweep.setdefault(partition, now + max(1.0, dedupe / 4))
             if now >= due:
                 next_seen_sweep[partition] = now + max(1.0, dedupe / 4)
-                forget_seen(partition, now - dedupe, outputs)
+                for key in seen.expired(partition, now - dedupe):
+                    seen_out.delete(key, partition, outputs)
         return outputs
 
     edge.route(parts.rollup_topic, roll_up)
-
-    def forget_seen(partition: int, before: float, outputs: list[Output]) -> None:
-        """Drop this partition's ``seen`` entries recorded before ``before``."""
-        if parts.app.consumer_generation_id != generation[0]:
-            generation[0] = parts.app.consumer_generation_id
-            expiry.reset()
-        for key in expiry.expired(partition, before, seen_table.items, seen_out.get):
-            seen_out.delete(key, partition, outputs)

@@ -14,11 +14,12 @@ counts exact under at-least-once delivery:
   dropped, whatever the crash.
 - a result sent twice by its producer (a retry after a timeout: same
   resultId, new offset) is caught by resultId: for ``window`` seconds the run
-  remembers where each resultId was counted (a ``seen`` table entry
-  ``[stream, offset, seq, seenAt, partition]``). The entry is a separate
-  changelog record from the run state, so it counts only when the run state
-  includes it (the run's watermark is at or past the entry's position): an
-  entry whose run-state write was lost in a crash does not block the recount.
+  remembers where each resultId was counted (a :class:`SeenEntry`, kept in the
+  ``rollup_seen`` table one block per folded batch, :class:`SeenIndex`). The
+  block is a separate changelog record from the run state, so an entry counts
+  only when the run state includes it (the run's watermark is at or past the
+  entry's position): an entry whose run-state write was lost in a crash does
+  not block the recount.
 - per-query scores, for paired comparisons, are folded the same way and are
   bounded: at most ``max_queries`` distinct queries per run are tracked.
 """
@@ -253,56 +254,102 @@ def counted_in(state: Mapping[str, Any], seen: Sequence[Any]) -> bool:
     return _at_or_below_mark(state, entry.stream, entry.offset, entry.seq)
 
 
-class SeenExpiry:
-    """The ``seen`` entries of each rollup partition in the order they were written, so
-    that expiring them costs what expires, not a scan of the whole table (a table of
-    rate x window entries, 300,000 at 1,000 results/s). A partition's queue is filled
-    from the table the first time it is swept after a start or a rebalance
-    (:meth:`reset`); every key due is checked against the table's current entry, which
-    a later write may have renewed."""
+class SeenIndex:
+    """Where each run counted each resultId in the dedupe window, for the rollup
+    partitions in use, and the ``rollup_seen`` table records that hold them.
+
+    A folded batch's new entries go to the table as one record (a *block*:
+    ``[seenAt, partition, [[seenKey, stream, offset, seq], ...]]``), not one record
+    per result: per-result records were ~20% of the worker's CPU (bench/stream.py
+    with the check off). Lookups are by ``run\x1fresultId`` in memory, so the
+    index of a partition is built from the table (:meth:`load`) the first time the
+    partition is folded after a start or a rebalance, and blocks expire whole, in
+    the order written, without a scan per sweep. Records of the per-result format
+    written by earlier versions (``[stream, offset, seq, seenAt, partition]`` under
+    the seen key itself) are read as one-entry blocks.
+    """
 
     def __init__(self) -> None:
-        self._queues: dict[int, deque[tuple[float, str]]] = {}
+        self._entries: dict[str, SeenEntry] = {}
+        # Per rollup partition: its blocks (seenAt, table key, seen keys), oldest first.
+        self._blocks: dict[int, deque[tuple[float, str, list[str]]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, seen_key: str) -> SeenEntry | None:
+        return self._entries.get(seen_key)
 
     def reset(self) -> None:
-        """Partitions moved: each queue is filled from the table again."""
-        self._queues.clear()
+        """Partitions moved: each partition is loaded from the table again when used."""
+        self._entries.clear()
+        self._blocks.clear()
 
-    def _fill(self, entries: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        """One pass over the table fills the queue of every partition that has none."""
-        found: dict[int, list[tuple[float, str]]] = {}
-        for key, stored in entries:
-            entry = seen_entry(stored)
-            if entry.partition not in self._queues:
-                found.setdefault(entry.partition, []).append((entry.seen_at, key))
-        for partition, items in found.items():
-            self._queues[partition] = deque(sorted(items))
+    def load(self, partition: int, items: Callable[[], Iterable[tuple[str, Any]]]) -> None:
+        """Build ``partition``'s index from the table (``items`` lists it) unless built."""
+        if partition in self._blocks:
+            return
+        found = []
+        for key, stored in items():
+            seen_at, block_partition, entries = decode_seen_record(key, stored)
+            if block_partition == partition:
+                found.append((seen_at, key, entries))
+        found.sort(key=lambda block: block[0])
+        queue: deque[tuple[float, str, list[str]]] = deque()
+        for seen_at, key, entries in found:
+            self._entries.update(entries)  # in write order: a renewed entry wins
+            queue.append((seen_at, key, list(entries)))
+        self._blocks[partition] = queue
 
-    def noted(self, key: str, entry: SeenEntry) -> None:
-        """``entry`` was written under ``key``."""
-        queue = self._queues.get(entry.partition)
-        if queue is not None:
-            queue.append((entry.seen_at, key))
+    def add(
+        self, partition: int, key: str, seen_at: float, entries: Mapping[str, SeenEntry]
+    ) -> list[Any]:
+        """Remember a folded batch's new ``entries`` (recorded at ``seen_at``) as the
+        block stored under ``key``; returns the block's table value."""
+        self._entries.update(entries)
+        self._blocks.setdefault(partition, deque()).append((seen_at, key, list(entries)))
+        return [
+            seen_at,
+            partition,
+            [[seen_key, e.stream, e.offset, e.seq] for seen_key, e in entries.items()],
+        ]
 
-    def expired(
-        self,
-        partition: int,
-        before: float,
-        entries: Callable[[], Iterable[tuple[str, Sequence[Any]]]],
-        current: Callable[[str], Sequence[Any] | None],
-    ) -> list[str]:
-        """Keys of ``partition``'s entries recorded before ``before`` (epoch seconds);
-        ``entries`` lists the table (read once per partition), ``current`` reads a key."""
-        if partition not in self._queues:
-            self._fill(entries())
-        queue = self._queues.setdefault(partition, deque())
-        keys = []
+    def expired(self, partition: int, before: float) -> list[str]:
+        """Forget ``partition``'s blocks recorded before ``before`` (epoch seconds);
+        returns their table keys. An entry renewed by a later block is kept."""
+        queue = self._blocks.get(partition)
+        keys: list[str] = []
         while queue and queue[0][0] < before:
-            _, key = queue.popleft()
-            stored = current(key)
-            if stored is not None and seen_entry(stored).seen_at < before:
-                keys.append(key)
+            _, key, seen_keys = queue.popleft()
+            for seen_key in seen_keys:
+                entry = self._entries.get(seen_key)
+                if entry is not None and entry.seen_at < before:
+                    del self._entries[seen_key]
+            keys.append(key)
         return keys
+
+
+def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
+    """Table key of a block: the rollup partition and first offset of its batch, and
+    the time, so that a batch folded again (redelivered) writes a block of its own."""
+    return f"{partition}:{first_offset}:{now_ns}"
+
+
+def decode_seen_record(key: str, stored: Sequence[Any]) -> tuple[float, int, dict[str, SeenEntry]]:
+    """A ``rollup_seen`` record as (seenAt, rollup partition, its entries by seen key):
+    a block, or an entry in the per-result format of earlier versions."""
+    if isinstance(stored[0], str):
+        entry = seen_entry(stored)
+        return entry.seen_at, entry.partition, {key: entry}
+    seen_at, partition, rows = stored
+    return (
+        seen_at,
+        partition,
+        {
+            seen_key: SeenEntry(stream, offset, seq, seen_at, partition)
+            for seen_key, stream, offset, seq in rows
+        },
+    )
 
 
 def query_key(run_id: str, query_id: str) -> str:

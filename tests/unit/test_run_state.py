@@ -136,12 +136,15 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
     }
 
 
-def expired(entries: dict[str, list], before: float, partition: int = 0) -> list[str]:
-    """What a fresh expiry (a worker just started) finds due in ``entries``."""
-    return run_state.SeenExpiry().expired(partition, before, entries.items, entries.get)
+def expired(entries: dict[str, Any], before: float, partition: int = 0) -> list[str]:
+    """What a fresh index (a worker just started) finds due in the table ``entries``."""
+    index = run_state.SeenIndex()
+    index.load(partition, entries.items)
+    return index.expired(partition, before)
 
 
 def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
+    # Entries in the per-result format of earlier versions: one-entry blocks.
     entries = {"a": ["results/0", 1, 0, 10.0, 0], "b": ["results/0", 2, 0, 20.0, 0]}
     assert expired(entries, before=15.0) == ["a"]
     assert expired(entries, before=10.0) == []
@@ -212,10 +215,11 @@ def test_contributions_survive_the_wire_unchanged() -> None:
     assert run_state.decode_contributions(raw) == [item]
 
 
-def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> None:
-    table = {
-        "a": ["results/0", 1, 0, 10.0, 0],  # recovered from the changelog
-        "b": ["results/1", 1, 0, 12.0, 1],  # another rollup partition
+def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
+    table: dict[str, Any] = {
+        "a": ["results/0", 1, 0, 10.0, 0],  # an entry of the per-result format
+        "0:7:1": [12.0, 0, [["run\x1fr2", "results/0", 2, 0]]],  # a block
+        "1:3:1": [12.0, 1, [["run\x1fr9", "results/1", 1, 0]]],  # another partition's
     }
     scans: list[int] = []
 
@@ -223,18 +227,40 @@ def test_seen_entries_expire_in_the_order_written_without_a_scan_per_sweep() -> 
         scans.append(1)
         return list(table.items())
 
-    expiry = run_state.SeenExpiry()
-    assert expiry.expired(0, 11.0, entries, table.get) == ["a"]
-    for key, seen_at in (("c", 20.0), ("d", 30.0)):
-        entry = run_state.SeenEntry("results/0", 2, 0, seen_at, 0)
-        table[key] = entry
-        expiry.noted(key, entry)
-    table["c"] = run_state.SeenEntry("results/0", 3, 0, 40.0, 0)  # renewed since
-    assert expiry.expired(0, 35.0, entries, table.get) == ["d"]
+    index = run_state.SeenIndex()
+    index.load(0, entries)
+    assert index.get("a") == run_state.SeenEntry("results/0", 1, 0, 10.0, 0)
+    assert index.get("run\x1fr9") is None  # partition 1 is not in use here
+    assert index.expired(0, 11.0) == ["a"] and index.get("a") is None
+    renewed = run_state.SeenEntry("results/0", 3, 0, 40.0, 0)
+    for key, seen_at, batch in (
+        ("0:9:2", 20.0, {"run\x1fr3": run_state.SeenEntry("results/0", 2, 1, 20.0, 0)}),
+        ("0:9:3", 30.0, {"run\x1fr4": run_state.SeenEntry("results/0", 2, 2, 30.0, 0)}),
+        ("0:9:4", 40.0, {"run\x1fr3": renewed}),
+    ):
+        table[key] = index.add(0, key, seen_at, batch)
+        index.load(0, entries)  # already built: no scan
+    assert index.expired(0, 35.0) == ["0:7:1", "0:9:2", "0:9:3"]
+    assert index.get("run\x1fr3") == renewed and index.get("run\x1fr4") is None
+    assert len(index) == 1
     assert len(scans) == 1, "the table is listed once per partition, not per sweep"
-    expiry.reset()  # a rebalance: filled from the table again
-    assert expiry.expired(0, 45.0, entries, table.get) == ["a", "d", "c"]
+    index.reset()  # a rebalance: built from the table again
+    index.load(0, entries)
     assert len(scans) == 2
+    assert index.expired(0, 45.0) == ["a", "0:7:1", "0:9:2", "0:9:3", "0:9:4"]
+
+
+def test_a_block_read_back_from_the_changelog_gives_the_same_entries() -> None:
+    tables = Tables()
+    batch = tables.fold([(record("r1", 0.2), at(5)), (record("r2", 0.4), at(6))], now=77.0)
+    live = run_state.SeenIndex()
+    value = live.add(3, "3:0:1", 77.0, batch.seen)
+    stored = orjson.loads(orjson.dumps(value))
+    assert run_state.decode_seen_record("3:0:1", stored) == (77.0, 3, batch.seen)
+    recovered = run_state.SeenIndex()
+    recovered.load(3, {"3:0:1": stored}.items)
+    for seen_key in ("run-a\x1fr1", "run-a\x1fr2"):
+        assert recovered.get(seen_key) == live.get(seen_key) == batch.seen[seen_key]
 
 
 def test_a_contribution_carries_its_confidence_and_old_wire_records_decode_without() -> None:
