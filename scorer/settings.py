@@ -142,12 +142,13 @@ class Settings(BaseSettings):
         "which stalls busy partitions behind fetches of idle ones (docs/benchmarks.md).",
     )
     producer_linger_seconds: float = Field(
-        0.02,
+        0.0,
         ge=0,
         le=1,
         description=(
-            "Producer linger: batches sends into fewer requests (each produce request costs "
-            "the worker far more CPU than a record in it; adds up to this much latency)."
+            "Producer linger: holds sends up to this long to batch them into fewer requests "
+            "(adds up to this much latency). The worker sends a fetched batch's records "
+            "together, so they share requests without it (docs/benchmarks.md)."
         ),
     )
 
