@@ -13,6 +13,7 @@ run and fetched batch.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,8 @@ from scorer.stream import run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import rollup_outputs
+
+logger = logging.getLogger(__name__)
 
 
 def register(parts: StreamParts) -> None:
@@ -32,7 +35,6 @@ def register(parts: StreamParts) -> None:
     next_seen_sweep: dict[int, float] = {}
     seen = run_state.SeenIndex()
     telemetry.rollup_seen_ids.set_function(lambda: len(seen))
-    generation = [parts.app.consumer_generation_id]
     rollups_out = edge.writer(rollup_table)
     queries_out = edge.writer(run_queries_table)
     seen_out = edge.writer(seen_table)
@@ -43,17 +45,30 @@ def register(parts: StreamParts) -> None:
 
     edge.before_commit(flush_pending)
 
+    @seen_table.on_recover
+    async def index_seen_ids() -> None:
+        """After every recovery (a start, a rebalance) and before any batch: the seen
+        ids of the rollup partitions this worker now owns, as the table holds them."""
+        if not dedupe:
+            return
+        started = time.perf_counter()
+        owned = {
+            tp.partition
+            for tp in parts.app.assignor.assigned_actives()
+            if tp.topic == settings.rollup_topic
+        }
+        seen.rebuild(seen_table.data.items(), owned)
+        logger.info(
+            "Seen ids of rollup partitions %s indexed: %d in %.2f s",
+            sorted(owned), len(seen), time.perf_counter() - started,
+        )  # fmt: skip
+
     def roll_up(tp: Any, records: list[Any]) -> list[Output]:
         """Fold a fetched batch of one rollup partition into its runs' states: each
         run's state, query entries and seen ids are read and written once per batch
         (every run here lives in this partition: the topic is keyed by run)."""
         now = time.time()
         partition = tp.partition
-        if parts.app.consumer_generation_id != generation[0]:
-            generation[0] = parts.app.consumer_generation_id
-            seen.reset()  # the tables were recovered anew
-        if dedupe:
-            seen.load(partition, seen_table.items)
         batch = run_state.RunBatch(
             rollups_out.get,
             queries_out.get,

@@ -27,7 +27,7 @@ counts exact under at-least-once delivery:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -262,8 +262,8 @@ class SeenIndex:
     ``[seenAt, partition, [[seenKey, stream, offset, seq], ...]]``), not one record
     per result: per-result records were ~20% of the worker's CPU (bench/stream.py
     with the check off). Lookups are by ``run\x1fresultId`` in memory, so the
-    index of a partition is built from the table (:meth:`load`) the first time the
-    partition is folded after a start or a rebalance, and blocks expire whole, in
+    index is rebuilt from the table (:meth:`rebuild`) after every table recovery
+    (a start, a rebalance), before any batch is folded; blocks expire whole, in
     the order written, without a scan per sweep. Records of the per-result format
     written by earlier versions (``[stream, offset, seq, seenAt, partition]`` under
     the seen key itself) are read as one-entry blocks.
@@ -280,26 +280,24 @@ class SeenIndex:
     def get(self, seen_key: str) -> SeenEntry | None:
         return self._entries.get(seen_key)
 
-    def reset(self) -> None:
-        """Partitions moved: each partition is loaded from the table again when used."""
+    def rebuild(
+        self, stored: Iterable[tuple[str, Any]], partitions: Container[int] | None = None
+    ) -> None:
+        """Forget everything, then index the table's records (``stored``) of the rollup
+        ``partitions`` (None: all): after every table recovery, before any batch."""
         self._entries.clear()
         self._blocks.clear()
-
-    def load(self, partition: int, items: Callable[[], Iterable[tuple[str, Any]]]) -> None:
-        """Build ``partition``'s index from the table (``items`` lists it) unless built."""
-        if partition in self._blocks:
-            return
-        found = []
-        for key, stored in items():
-            seen_at, block_partition, entries = decode_seen_record(key, stored)
-            if block_partition == partition:
-                found.append((seen_at, key, entries))
+        found: list[tuple[float, int, str, dict[str, SeenEntry]]] = []
+        for key, value in stored:
+            partition = seen_record_partition(value)
+            if partitions is None or partition in partitions:
+                seen_at, partition, entries = decode_seen_record(key, value)
+                found.append((seen_at, partition, key, entries))
         found.sort(key=lambda block: block[0])
-        queue: deque[tuple[float, str, list[str]]] = deque()
-        for seen_at, key, entries in found:
+        for seen_at, partition, key, entries in found:
             self._entries.update(entries)  # in write order: a renewed entry wins
+            queue = self._blocks.setdefault(partition, deque())
             queue.append((seen_at, key, list(entries)))
-        self._blocks[partition] = queue
 
     def add(
         self, partition: int, key: str, seen_at: float, entries: Mapping[str, SeenEntry]
@@ -333,6 +331,11 @@ def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
     """Table key of a block: the rollup partition and first offset of its batch, and
     the time, so that a batch folded again (redelivered) writes a block of its own."""
     return f"{partition}:{first_offset}:{now_ns}"
+
+
+def seen_record_partition(stored: Sequence[Any]) -> int:
+    """The rollup partition of a ``rollup_seen`` record, without decoding its entries."""
+    return stored[4] if isinstance(stored[0], str) else stored[1]
 
 
 def decode_seen_record(key: str, stored: Sequence[Any]) -> tuple[float, int, dict[str, SeenEntry]]:

@@ -139,7 +139,7 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
 def expired(entries: dict[str, Any], before: float, partition: int = 0) -> list[str]:
     """What a fresh index (a worker just started) finds due in the table ``entries``."""
     index = run_state.SeenIndex()
-    index.load(partition, entries.items)
+    index.rebuild(entries.items(), {partition})
     return index.expired(partition, before)
 
 
@@ -221,16 +221,11 @@ def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
         "0:7:1": [12.0, 0, [["run\x1fr2", "results/0", 2, 0]]],  # a block
         "1:3:1": [12.0, 1, [["run\x1fr9", "results/1", 1, 0]]],  # another partition's
     }
-    scans: list[int] = []
-
-    def entries():
-        scans.append(1)
-        return list(table.items())
-
     index = run_state.SeenIndex()
-    index.load(0, entries)
+    index.rebuild(table.items(), {0})  # this worker owns rollup partition 0
     assert index.get("a") == run_state.SeenEntry("results/0", 1, 0, 10.0, 0)
-    assert index.get("run\x1fr9") is None  # partition 1 is not in use here
+    assert index.get("run\x1fr2") == run_state.SeenEntry("results/0", 2, 0, 12.0, 0)
+    assert index.get("run\x1fr9") is None
     assert index.expired(0, 11.0) == ["a"] and index.get("a") is None
     renewed = run_state.SeenEntry("results/0", 3, 0, 40.0, 0)
     for key, seen_at, batch in (
@@ -239,15 +234,15 @@ def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
         ("0:9:4", 40.0, {"run\x1fr3": renewed}),
     ):
         table[key] = index.add(0, key, seen_at, batch)
-        index.load(0, entries)  # already built: no scan
     assert index.expired(0, 35.0) == ["0:7:1", "0:9:2", "0:9:3"]
     assert index.get("run\x1fr3") == renewed and index.get("run\x1fr4") is None
     assert len(index) == 1
-    assert len(scans) == 1, "the table is listed once per partition, not per sweep"
-    index.reset()  # a rebalance: built from the table again
-    index.load(0, entries)
-    assert len(scans) == 2
+    # A rebalance gave this worker partition 1 too: rebuilt from the table, the
+    # expired blocks included (the worker deletes them from the table as it expires them).
+    index.rebuild(table.items(), {0, 1})
+    assert index.get("run\x1fr9") is not None and index.get("run\x1fr3") == renewed
     assert index.expired(0, 45.0) == ["a", "0:7:1", "0:9:2", "0:9:3", "0:9:4"]
+    assert index.expired(1, 45.0) == ["1:3:1"] and len(index) == 0
 
 
 def test_a_block_read_back_from_the_changelog_gives_the_same_entries() -> None:
@@ -258,7 +253,7 @@ def test_a_block_read_back_from_the_changelog_gives_the_same_entries() -> None:
     stored = orjson.loads(orjson.dumps(value))
     assert run_state.decode_seen_record("3:0:1", stored) == (77.0, 3, batch.seen)
     recovered = run_state.SeenIndex()
-    recovered.load(3, {"3:0:1": stored}.items)
+    recovered.rebuild({"3:0:1": stored}.items())
     for seen_key in ("run-a\x1fr1", "run-a\x1fr2"):
         assert recovered.get(seen_key) == live.get(seen_key) == batch.seen[seen_key]
 
