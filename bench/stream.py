@@ -129,6 +129,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+SETTLE_SECONDS = 15.0
+"""At most this long between the throughput run and the latency phases."""
+
+
+async def settle(pid: int, idle_share: float = 0.05, window: float = 0.5) -> float:
+    """Wait until the process has been idle (under ``idle_share`` of a core over a
+    ``window``) or ``SETTLE_SECONDS`` passed; returns the seconds waited. The latency
+    phases then measure a pipeline at its offered load, not the tail of the backlog
+    it just drained (a scorer still folds that backlog's run rollups)."""
+    started = time.monotonic()
+    while time.monotonic() - started < SETTLE_SECONDS:
+        before = cpu_seconds(pid)
+        await asyncio.sleep(window)
+        if cpu_seconds(pid) - before < idle_share * window:
+            break
+    return time.monotonic() - started
+
+
 @dataclass
 class Pipeline:
     """One of the three pipelines: its topics and how to start and stop its process."""
@@ -419,6 +437,8 @@ async def measure(
         )
         if not loads:
             loads.update({share: share * figures.rate for share in LOADS})
+        settled = await settle(pid)
+        print(f"  {pipeline.name}: idle {settled:.1f} s after the throughput run")
         for load, rate in loads.items():
             sent = await send_paced(
                 producer, pipeline.input_topic, payloads, f"{prefix}-l{load}", rate, phase_seconds
@@ -760,7 +780,8 @@ def streaming_section(table_text: str) -> str:
             "preloaded into the input topic, then the count over the time from the first to the",
             "last output record; CPU per event from the process's CPU time (a scorer's from",
             "ready on). Latency: from handing a result to the producer to receiving its output",
-            "record, at offered loads of 25/50/75% of the pipe's rate. Medians of interleaved",
+            "record, at offered loads of 25/50/75% of the pipe's rate, once the pipeline is idle",
+            "after the throughput run (at most 15 s later). Medians of interleaved",
             "repetitions; the machine is small and shared, so read the ratios, not the absolute",
             "numbers. *saturated*: the offered load is above the pipeline's capacity and the",
             "backlog did not drain in time.",
