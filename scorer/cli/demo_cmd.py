@@ -50,6 +50,39 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def run_until_stopped(work: Any) -> None:
+    """Run the coroutine ``work`` until it ends or a stop signal arrives.
+
+    Inside the event loop a stop signal cancels ``work`` (its clients close as on
+    any cancellation) instead of raising ``KeyboardInterrupt`` wherever the loop
+    happens to be: raised inside asyncio's or aiokafka's own machinery, that left
+    the demo hanging, and a worker running, when a SIGTERM came right after start.
+    The signals are blocked while the loop starts and stops, so none falls between
+    the two ways of handling them; one that comes then is ignored (the demo is
+    stopping anyway)."""
+
+    async def until_stopped() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, task.cancel)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        try:
+            await work
+        except asyncio.CancelledError:
+            pass  # a stop signal: the demo goes on to stop what it started
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        asyncio.run(until_stopped())
+    finally:
+        ignore_stop_signals()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def ignore_stop_signals() -> None:
     """Ignore further stop signals: the clean-up they would cut short is bounded."""
     for sig in STOP_SIGNALS:
@@ -211,13 +244,9 @@ def run_demo(
         url = f"http://{settings.web_host}:{settings.web_port}"
         wait_ready(url, worker, log, timeout=120)
         click.echo(where_to_look(url, bootstrap, settings, log))
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(
-                with_progress(
-                    url, send_traffic(settings, queries, rate, unjudged, bad_share, duration)
-                )
-            )
-        ignore_stop_signals()
+        run_until_stopped(
+            with_progress(url, send_traffic(settings, queries, rate, unjudged, bad_share, duration))
+        )
         if duration is not None:
             time.sleep(2)  # let the worker drain what was just sent
         with contextlib.suppress(OSError):
