@@ -196,7 +196,9 @@ def demo_command(
     from scorer.cli.worker_cmd import load_settings
 
     settings = load_settings()
-    with stop_signals_interrupt():
+    with stop_signals_interrupt(), contextlib.suppress(KeyboardInterrupt):
+        # A stop signal is how the demo is meant to end, at any moment: run_demo
+        # has stopped what it started and said so; exit 0, not click's "Aborted!".
         run_demo(settings, queries, rate, unjudged, bad_share, duration)
 
 
