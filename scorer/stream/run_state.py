@@ -87,7 +87,7 @@ def decode_contributions(raw: bytes) -> list[Contribution]:
 
 
 class SeenEntry(NamedTuple):
-    """Where a run counted a resultId (the ``rollup_seen`` table keeps it as a JSON array)."""
+    """Where a run counted a resultId (kept in a ``rollup_seen`` block, :class:`SeenIndex`)."""
 
     stream: str
     """The input partition, ``topic/partition``."""
@@ -97,11 +97,6 @@ class SeenEntry(NamedTuple):
     """Epoch seconds."""
     partition: int
     """The rollup partition whose changelog holds the entry."""
-
-
-def seen_entry(stored: Sequence[Any]) -> SeenEntry:
-    """A ``seen`` entry as read from the table (an array after a changelog replay)."""
-    return stored if isinstance(stored, SeenEntry) else SeenEntry(*stored)
 
 
 @dataclass
@@ -180,14 +175,14 @@ class RunBatch:
     load_run: Callable[[bytes], dict[str, Any] | None]
     load_query: Callable[[str], list[float] | None]
     max_queries: int
-    load_seen: Callable[[str], list[Any] | None] | None = None
-    """Reads the ``seen`` table; None turns the resultId check off."""
+    load_seen: Callable[[str], SeenEntry | None] | None = None
+    """Where the run counted a resultId (``SeenIndex.get``); None turns the check off."""
     partition: int = 0
     """The rollup partition of this batch, stamped on ``seen`` entries."""
     now: float = 0.0
     runs: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     queries: dict[str, list[float]] = field(default_factory=dict)
-    seen: dict[str, list[Any]] = field(default_factory=dict)
+    seen: dict[str, SeenEntry] = field(default_factory=dict)
     duplicates: int = 0
     """Records dropped as redelivered (at or below the run's watermark)."""
     resent: int = 0
@@ -247,11 +242,10 @@ class RunBatch:
         return changed
 
 
-def counted_in(state: Mapping[str, Any], seen: Sequence[Any]) -> bool:
+def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:
     """True when the run state includes the record a ``seen`` entry names: the run's
     watermark for that entry's input partition is at or past its position."""
-    entry = seen_entry(seen)
-    return _at_or_below_mark(state, entry.stream, entry.offset, entry.seq)
+    return _at_or_below_mark(state, seen.stream, seen.offset, seen.seq)
 
 
 class SeenIndex:
@@ -342,7 +336,7 @@ def decode_seen_record(key: str, stored: Sequence[Any]) -> tuple[float, int, dic
     """A ``rollup_seen`` record as (seenAt, rollup partition, its entries by seen key):
     a block, or an entry in the per-result format of earlier versions."""
     if isinstance(stored[0], str):
-        entry = seen_entry(stored)
+        entry = SeenEntry(*stored)
         return entry.seen_at, entry.partition, {key: entry}
     seen_at, partition, rows = stored
     return (

@@ -30,7 +30,7 @@ class Tables:
     def __init__(self) -> None:
         self.rollups: dict[bytes, dict[str, Any]] = {}
         self.queries: dict[str, list[float]] = {}
-        self.seen: dict[str, list[Any]] = {}
+        self.seen: dict[str, run_state.SeenEntry] = {}
 
     def batch(self, now: float = 1000.0, dedupe: bool = True) -> RunBatch:
         return RunBatch(
