@@ -134,6 +134,17 @@ class Settings(BaseSettings):
             "its transaction commits, so this is the floor of its latency."
         ),
     )
+    caught_up_commit_seconds: float = Field(
+        0.02,
+        ge=0,
+        le=60,
+        description=(
+            "Under exactly_once, a worker that has read its inputs to the end commits "
+            "each batch at once, at most this often, instead of waiting for the commit "
+            "interval: the latency a read_committed reader sees without a backlog. "
+            "0: commit on the interval only."
+        ),
+    )
     kafka_fetch_max_wait_ms: int = Field(
         100,
         ge=1,

@@ -99,6 +99,7 @@ def create_app(settings: Settings) -> Scorer:
         settings.kafka_fetch_max_wait_ms,
         "retrieval_scorer",
         settings.stop_timeout_seconds,
+        settings.caught_up_commit_seconds,
     )
 
     parts = StreamParts(

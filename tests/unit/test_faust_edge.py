@@ -5,6 +5,7 @@ drain's bookkeeping against a stand-in of Faust's consumer."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +25,7 @@ from scorer.stream.faust_edge.consumer import (
     fetch_batches,
 )
 from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
+from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import PINNED, VersionMismatch, check_versions, installed
 
 RESULTS = [TopicPartition("results", p) for p in range(2)]
@@ -506,6 +508,154 @@ def test_under_exactly_once_outputs_join_the_partitions_transaction_once() -> No
 
 
 # ---------------------------------------------------------------- pinned versions
+
+
+# ---------------------------------------------------------------- commits once caught up
+
+
+def assign(
+    subscription: SubscriptionState, ends: dict[TopicPartition, int | None], isolation: str
+) -> None:
+    subscription.assign_from_user(set(ends))
+    for tp, end in ends.items():
+        state = subscription.subscription.assignment.state_value(tp)
+        state.seek(0)
+        if isolation == "read_committed":
+            state.lso, state.highwater = end, None if end is None else end + 5
+        else:
+            state.lso, state.highwater = -1, end
+
+
+def caught_up_consumer(
+    ends: dict[TopicPartition, int | None], isolation: str = "read_committed"
+) -> tuple[GuardedConsumer, SubscriptionState]:
+    """A stand-in consumer over a real aiokafka subscription whose partitions' last
+    fetch responses gave ``ends`` (the last stable offset, or the high watermark)."""
+    consumer, _ = batch_consumer(StandInGate())
+    subscription = SubscriptionState()
+    assign(subscription, ends, isolation)
+    consumer._thread = SimpleNamespace(  # type: ignore[assignment]
+        _consumer=SimpleNamespace(_subscription=subscription, _isolation_level=isolation)
+    )
+    return consumer, subscription
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_caught_up_means_every_input_partition_handed_over_to_its_end(isolation: str) -> None:
+    async def scenario() -> None:
+        consumer, subscription = caught_up_consumer({RESULTS[0]: 6, RESULTS[1]: 3}, isolation)
+        for tp in RESULTS:
+            consumer.ledger.started(tp, 0)
+        await consumer._deliver_all({RESULTS[0]: batch(0, 4, end=6)})
+        assert not consumer._caught_up()  # results/1 is still behind its end
+        await consumer._deliver_all({RESULTS[1]: batch(0, 1)})
+        assert not consumer._caught_up()  # 2 of 3
+        await consumer._deliver_all({RESULTS[1]: batch(2, 2)})
+        assert consumer._caught_up()
+        # A partition revoked since it was read does not hold the others back...
+        assign(subscription, {RESULTS[0]: 6}, isolation)
+        consumer.ledger.partitions[RESULTS[1]].expected = 0
+        assert consumer._caught_up()
+        # ...but one whose end no fetch response has given yet does.
+        consumer, _ = caught_up_consumer({RESULTS[0]: None, RESULTS[1]: 0}, isolation)
+        consumer.ledger.started(RESULTS[0], 0)
+        assert not consumer._caught_up()
+
+    asyncio.run(scenario())
+
+
+def test_a_caught_up_worker_commits_its_booked_batch_at_once_then_waits_the_spacing() -> None:
+    commits: list[float] = []
+
+    async def scenario() -> None:
+        consumer, _ = caught_up_consumer({RESULTS[0]: 3, RESULTS[1]: 0})
+        consumer.caught_up_commit_seconds = 0.2  # type: ignore[misc]
+        consumer.ledger.started(RESULTS[0], 0)
+
+        async def commit() -> bool:
+            commits.append(asyncio.get_running_loop().time())
+            consumer._booked_since_commit = False
+            consumer._last_commit_started = time.monotonic()
+            return True
+
+        consumer.commit = commit  # type: ignore[method-assign]
+        consumer._stopped, consumer._crashed = asyncio.Event(), asyncio.Event()
+        consumer.sleep = asyncio.sleep  # type: ignore[method-assign]
+        committer = asyncio.create_task(GuardedConsumer._caught_up_commits.fun(consumer))
+        await asyncio.sleep(0)
+        start = asyncio.get_running_loop().time()
+        # Behind (results/0 ends at 3): a booked batch waits for the commit timer.
+        await consumer._deliver_all({RESULTS[0]: batch(0, 1)})
+        consumer._signal_if_caught_up()
+        await asyncio.sleep(0.05)
+        assert commits == []
+        # Caught up: committed at once.
+        await consumer._deliver_all({RESULTS[0]: batch(2, 2)})
+        consumer._signal_if_caught_up()
+        await asyncio.sleep(0.05)
+        assert len(commits) == 1 and commits[0] - start < 0.1
+        # The next one waits until 0.2 s after the last commit began.
+        subscription = consumer._thread._consumer._subscription
+        subscription.subscription.assignment.state_value(RESULTS[0]).lso = 5
+        await consumer._deliver_all({RESULTS[0]: batch(3, 4)})
+        consumer._signal_if_caught_up()
+        await asyncio.sleep(0.05)
+        assert len(commits) == 1
+        await asyncio.sleep(0.2)
+        assert len(commits) == 2 and commits[1] - commits[0] >= 0.19
+        # Nothing booked since: no commit, however often the drain looks.
+        consumer._signal_if_caught_up()
+        await asyncio.sleep(0.3)
+        assert len(commits) == 2
+        committer.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_the_transactions_of_one_commit_are_committed_side_by_side() -> None:
+    """Each transaction: offsets, commit, begin again, under its own lock; all of them
+    at once, every one tried when another fails, the first error raised."""
+    steps: list[str] = []
+
+    class TransactionalProducer:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+            steps.append(f"{self.name} offsets {sorted(offsets.values())} {group_id}")
+            await asyncio.sleep(0.05)
+
+        async def commit_transaction(self) -> None:
+            if self.fail:
+                raise RuntimeError(f"{self.name} fenced")
+            steps.append(f"{self.name} commit")
+
+        async def begin_transaction(self) -> None:
+            steps.append(f"{self.name} begin")
+
+    ids = ["app-1-0", "app-1-1", "app-1-2"]
+    producer = SimpleNamespace(
+        _trn_locks={},
+        _transaction_producers={
+            "app-1-0": TransactionalProducer("p0"),
+            "app-1-1": TransactionalProducer("p1", fail=True),
+            "app-1-2": TransactionalProducer("p2"),
+        },
+    )
+    Transactions._commit_concurrently(producer)
+
+    async def commit() -> float:
+        producer._trn_locks.update({tid: asyncio.Lock() for tid in ids})
+        start = asyncio.get_running_loop().time()
+        offsets = {tid: {TopicPartition("results", n): 10 * n} for n, tid in enumerate(ids)}
+        with pytest.raises(RuntimeError, match="p1 fenced"):
+            await producer.commit_transactions(offsets, "app")
+        return asyncio.get_running_loop().time() - start
+
+    took = asyncio.run(commit())
+    assert took < 0.1  # three 50 ms round trips at once, not one after the other
+    assert steps[:3] == ["p0 offsets [0] app", "p1 offsets [10] app", "p2 offsets [20] app"]
+    assert sorted(steps[3:]) == ["p0 begin", "p0 commit", "p2 begin", "p2 commit"]
 
 
 def test_the_installed_faust_and_aiokafka_are_the_pinned_ones() -> None:

@@ -88,11 +88,14 @@ def install(
     fetch_max_wait_ms: int,
     metrics_prefix: str,
     stop_timeout_seconds: float,
+    caught_up_commit_seconds: float = 0.0,
 ) -> Edge:
     """Make ``app``'s consumer the guarded one (before anything creates it), its monitor
     the cached Prometheus one (Faust's series under ``metrics_prefix`` and the input
     ledger's go to ``registry``), and its stop a graceful one, bounded by
-    ``stop_timeout_seconds``."""
+    ``stop_timeout_seconds``. Under exactly_once a worker that has caught up commits
+    its batches at once, at most every ``caught_up_commit_seconds`` (0: only on
+    Faust's timer)."""
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
     install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
@@ -102,7 +105,17 @@ def install(
     consumer_class = type(
         "GuardedConsumer",
         (GuardedConsumer,),
-        {"Thread": thread, "ledger": ledger, "batch_handlers": {}, "before_commit": []},
+        {
+            "Thread": thread,
+            "ledger": ledger,
+            "batch_handlers": {},
+            "before_commit": [],
+            "caught_up_commit_seconds": (
+                caught_up_commit_seconds
+                if app.in_transaction and caught_up_commit_seconds > 0
+                else None
+            ),
+        },
     )
     app.transport.Consumer = consumer_class
     registry.register(LedgerCollector(ledger))

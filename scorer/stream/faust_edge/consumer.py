@@ -50,6 +50,7 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
+from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 
@@ -296,7 +297,15 @@ class GuardedConsumer(AIOKafkaConsumer):
     """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
     before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
     """Run at the start of every commit, between two batches or events."""
+    caught_up_commit_seconds: ClassVar[float | None] = None
+    """Set per app by ``faust_edge.install`` under exactly_once: once every input
+    partition is read to its end, a booked batch is committed at once, at most once
+    per this many seconds (None: only Faust's commit timer). See
+    :meth:`_caught_up_commits`."""
     _deliveries: Deliveries | None = None
+    _booked_since_commit = False
+    _last_commit_started = 0.0
+    _commit_wanted: asyncio.Event | None = None
 
     @property
     def deliveries(self) -> Deliveries:
@@ -364,6 +373,9 @@ class GuardedConsumer(AIOKafkaConsumer):
         (from the start, for a memory store), which reverts the tables to the last
         commit, while the records of that transaction are not processed again."""
         async with self.gate.lock:
+            # Everything booked so far is in this commit's offsets.
+            self._booked_since_commit = False
+            self._last_commit_started = monotonic()
             for hook in self.before_commit:
                 await hook()
             committed = await super().commit(*args, **kwargs)
@@ -429,6 +441,7 @@ class GuardedConsumer(AIOKafkaConsumer):
                     unset_flag(CONSUMER_FETCHING)
                     continue
                 await self._deliver_all(batches)
+                self._signal_if_caught_up()
                 unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -627,6 +640,7 @@ class GuardedConsumer(AIOKafkaConsumer):
                 self.ledger.handed(tp, hand_from, batch.end)
             if records:
                 gate.processed(tp, records[-1].offset)
+            self._booked_since_commit = True
         monitor = app.monitor
         monitor.track_tp_end_offset(tp, self.highwater(tp))
         if records:
@@ -637,6 +651,53 @@ class GuardedConsumer(AIOKafkaConsumer):
             self._n_acked = 0
             await self.commit()
         return None
+
+    @Service.task
+    async def _caught_up_commits(self) -> None:
+        """Under exactly_once a ``read_committed`` reader sees a result when its
+        transaction commits: with Faust's timer alone, half the commit interval on
+        average. A worker that has read every input partition to its end has
+        nothing to batch its commit with, so it commits its booked batches at once,
+        at most once per :attr:`caught_up_commit_seconds`; behind, it goes on
+        committing every commit interval, as many batches at a time as arrive."""
+        spacing = self.caught_up_commit_seconds
+        if spacing is None:
+            return
+        wanted = self._commit_wanted = asyncio.Event()
+        while not self.should_stop:
+            await wanted.wait()
+            wanted.clear()
+            delay = self._last_commit_started + spacing - monotonic()
+            if delay > 0:
+                await self.sleep(delay)
+            if self._booked_since_commit and self.flow_active and not self.should_stop:
+                await self.commit()
+
+    def _signal_if_caught_up(self) -> None:
+        """After the batches of a fetch: wake :meth:`_caught_up_commits` if they were
+        booked and every input partition is read to its end."""
+        wanted = self._commit_wanted
+        if wanted is not None and self._booked_since_commit and self._caught_up():
+            wanted.set()
+
+    def _caught_up(self) -> bool:
+        """Whether every input partition was handed over up to its end (its last
+        stable offset under ``read_committed``, else its high watermark) as of its
+        last fetch response."""
+        consumer = self._thread._consumer
+        subscription = None if consumer is None else consumer._subscription.subscription
+        assignment = None if subscription is None else subscription.assignment
+        if assignment is None:
+            return False
+        committed_only = consumer._isolation_level == "read_committed"
+        for tp, ledger in self.ledger.partitions.items():
+            state = assignment.state_value(TopicPartition(tp.topic, tp.partition))
+            if state is None:
+                continue  # revoked: not this worker's to read
+            end = state.lso if committed_only else state.highwater
+            if end is None or ledger.expected < end:
+                return False
+        return True
 
     async def send_outputs(self, tp: TP, outputs: list[Output]) -> None:
         """Send the outputs of input partition ``tp`` (a batch's, or an agent's event's)

@@ -197,7 +197,53 @@ class Transactions:
             return committed
 
         consumer.transactions.commit = commit_with_processed
+        self._commit_concurrently(app.producer)
         consumer._scorer_guarded = True
+
+    @staticmethod
+    def _commit_concurrently(producer: Any) -> None:
+        """Commit the transactions of one commit side by side.
+
+        Faust commits them one after the other, each with three broker round trips
+        (the offsets to the transaction, to the group, the end of the transaction):
+        with the results and rollup partitions of one worker, seven of them took
+        38 ms at the median (79 ms at p90) on the benchmark, and a ``read_committed``
+        reader waits for all of it. Each transaction still takes its own lock, and
+        every one is tried even when another fails; the first error is raised."""
+        if getattr(producer, "_scorer_concurrent_commits", False):
+            return
+
+        async def commit_one(
+            transactional_id: str, offsets: Mapping[Any, int], group_id: str, begin: bool
+        ) -> None:
+            async with producer._trn_locks[transactional_id]:
+                transaction_producer = producer._transaction_producers.get(transactional_id)
+                if transaction_producer is None:
+                    logger.warning("Commit invoked for unknown transaction %s", transactional_id)
+                    return
+                await transaction_producer.send_offsets_to_transaction(offsets, group_id)
+                await transaction_producer.commit_transaction()
+                if begin:
+                    await transaction_producer.begin_transaction()
+
+        async def commit_transactions(
+            tid_to_offset_map: Mapping[str, Mapping[Any, int]],
+            group_id: str,
+            start_new_transaction: bool = True,
+        ) -> None:
+            outcomes = await asyncio.gather(
+                *(
+                    commit_one(transactional_id, offsets, group_id, start_new_transaction)
+                    for transactional_id, offsets in tid_to_offset_map.items()
+                ),
+                return_exceptions=True,
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+
+        producer.commit_transactions = commit_transactions
+        producer._scorer_concurrent_commits = True
 
     async def _flush_producers_of(self, offsets: Mapping[Any, int]) -> None:
         """Wait for the outcome of every record sent in the transactions about to commit
