@@ -11,7 +11,9 @@ from prometheus_client import CollectorRegistry
 
 from scorer.settings import Settings
 from scorer.stream.app import create_app
+from scorer.stream.faust_edge.consumer import OpenGate
 from scorer.stream.faust_edge.monitor import CachedPrometheusMonitor
+from scorer.stream.faust_edge.transactions import Transactions
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -111,3 +113,32 @@ def test_a_batch_handlers_table_operations_are_counted_when_reported(tmp_path) -
     assert outputs[1].value is None
     # A memory store keeps no changelog offsets: nothing to do when a record is sent.
     assert [output.on_sent for output in outputs] == [None, None]
+
+
+def test_under_exactly_once_the_workers_consumer_joins_the_transactions(tmp_path) -> None:
+    """Faust caches ``app.in_transaction`` on first use, False until the app runs in a
+    worker: nothing built with the app may read it earlier (a read at build time once
+    left a worker without transactions, and a SIGKILL then made duplicates)."""
+    for guarantee, seconds in (
+        ("exactly_once", 0.02),
+        ("exactly_once", 0),
+        ("at_least_once", 0.02),
+    ):
+        scorer = create_app(
+            Settings(
+                KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1",
+                datadir=tmp_path / f"{guarantee}-{seconds}",
+                processing_guarantee=guarantee,
+                caught_up_commit_seconds=seconds,
+            )
+        )
+        scorer.app.in_worker = True  # what `faust worker` sets before it starts the app
+        consumer = scorer.app.consumer
+        if guarantee == "exactly_once":
+            assert scorer.app.in_transaction
+            assert isinstance(consumer.gate, Transactions)
+            assert consumer.caught_up_commit_seconds == (seconds or None)
+        else:
+            assert not scorer.app.in_transaction
+            assert isinstance(consumer.gate, OpenGate)
+            assert consumer.caught_up_commit_seconds is None

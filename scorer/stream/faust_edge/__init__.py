@@ -110,11 +110,6 @@ def install(
             "ledger": ledger,
             "batch_handlers": {},
             "before_commit": [],
-            "caught_up_commit_seconds": (
-                caught_up_commit_seconds
-                if app.in_transaction and caught_up_commit_seconds > 0
-                else None
-            ),
         },
     )
     app.transport.Consumer = consumer_class
@@ -126,9 +121,13 @@ def install(
         """Faust's consumer (now a GuardedConsumer), with the fixes that must be in
         place before its first rebalance."""
         consumer = hold_inputs_until_seeked(new_consumer()).consumer
+        # Not before: ``app.in_transaction`` is cached on first use, and is False until
+        # the app runs in a worker.
         if app.in_transaction:
             consumer.gate = edge.transactions
             edge.transactions.guard_rebalances(consumer)
+            if caught_up_commit_seconds > 0:
+                consumer.caught_up_commit_seconds = caught_up_commit_seconds
         else:
             consumer.gate = OpenGate()
         return consumer
