@@ -102,4 +102,5 @@ def register(parts: StreamParts) -> None:
                     seen_out.delete(key, partition, outputs)
         return outputs
 
-    edge.route(parts.rollup_topic, roll_up)
+    # No reader waits for a fold (the run API reads between them): results go first.
+    edge.route(parts.rollup_topic, roll_up, background=True)

@@ -510,6 +510,31 @@ def test_under_exactly_once_outputs_join_the_partitions_transaction_once() -> No
 # ---------------------------------------------------------------- pinned versions
 
 
+def test_a_background_topics_batches_are_handed_over_after_the_others() -> None:
+    consumer, _ = batch_consumer()
+    order: list[str] = []
+
+    def handler(name: str):
+        def handle(tp: Any, records: list[Any]) -> list[Output]:
+            order.append(f"{name}/{tp.partition}")
+            return []
+
+        return handle
+
+    rollup = TopicPartition("rollup", 1)
+    consumer.batch_handlers = {"results": handler("results"), "rollup": handler("rollup")}  # type: ignore[misc]
+    consumer.background_topics = {"rollup"}  # type: ignore[misc]
+    consumer._active_partitions = {*RESULTS, rollup}
+    for tp in (*RESULTS, rollup):
+        consumer.ledger.started(tp, 0)
+    asyncio.run(
+        consumer._deliver_all(
+            {rollup: batch(0, 1), RESULTS[1]: batch(0, 2), RESULTS[0]: batch(0, 0)}
+        )
+    )
+    assert order == ["results/1", "results/0", "rollup/1"]
+
+
 # ---------------------------------------------------------------- commits once caught up
 
 
@@ -555,6 +580,13 @@ def test_caught_up_means_every_input_partition_handed_over_to_its_end(isolation:
         # A partition revoked since it was read does not hold the others back...
         assign(subscription, {RESULTS[0]: 6}, isolation)
         consumer.ledger.partitions[RESULTS[1]].expected = 0
+        assert consumer._caught_up()
+        # ...nor does a background topic's partition (no reader waits for its outputs).
+        rollup = TopicPartition("rollup", 0)
+        assign(subscription, {RESULTS[0]: 6, rollup: 9}, isolation)
+        consumer.ledger.started(rollup, 0)
+        assert not consumer._caught_up()
+        consumer.background_topics = {"rollup"}  # type: ignore[misc]
         assert consumer._caught_up()
         # ...but one whose end no fetch response has given yet does.
         consumer, _ = caught_up_consumer({RESULTS[0]: None, RESULTS[1]: 0}, isolation)

@@ -43,9 +43,11 @@ class Edge:
         self.transactions = Transactions(app)
         self._writers: list[ChangelogWriter] = []
 
-    def route(self, topic: Any, handler: BatchHandler) -> None:
+    def route(self, topic: Any, handler: BatchHandler, background: bool = False) -> None:
         """Deliver ``topic``'s records to ``handler`` a fetched batch at a time (instead
-        of an agent). The topic is subscribed and co-partitioned as an agent's is."""
+        of an agent). The topic is subscribed and co-partitioned as an agent's is. A
+        ``background`` topic's batches come after the others' in each pass, and its
+        outputs do not hold back commits once caught up (no reader waits for them)."""
         self.app.topics.add(topic)
         writers = self._writers
         app = self.app
@@ -58,7 +60,10 @@ class Edge:
                 for writer in writers:
                     writer.report(monitor)
 
-        self.consumer_class.batch_handlers[topic.get_topic_name()] = counted
+        name = topic.get_topic_name()
+        self.consumer_class.batch_handlers[name] = counted
+        if background:
+            self.consumer_class.background_topics.add(name)
 
     def writer(self, table: Any) -> ChangelogWriter:
         """Reads and writes ``table`` from a batch handler, its writes as outputs of the
@@ -109,6 +114,7 @@ def install(
             "Thread": thread,
             "ledger": ledger,
             "batch_handlers": {},
+            "background_topics": set(),
             "before_commit": [],
         },
     )

@@ -293,6 +293,9 @@ class GuardedConsumer(AIOKafkaConsumer):
     """Set per app by ``faust_edge.install`` (one consumer per worker process)."""
     batch_handlers: ClassVar[dict[str, BatchHandler]] = {}
     """Topic name -> the handler of its fetched batches (``faust_edge.Edge.route``)."""
+    background_topics: ClassVar[set[str]] = set()
+    """Batch topics whose outputs no reader waits for (``Edge.route(background=True)``):
+    handed over after the others in each pass, and left out of :meth:`_caught_up`."""
     gate: BatchGate
     """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
     before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
@@ -460,11 +463,15 @@ class GuardedConsumer(AIOKafkaConsumer):
             unset_flag(CONSUMER_FETCHING)
 
     async def _deliver_all(self, batches: Mapping[TP, FetchedBatch]) -> None:
-        """Hand each partition's batch over, in turn; seek back what was not handed."""
+        """Hand each partition's batch over, in turn, the background topics' last (a
+        rollup fold takes milliseconds a partition: the results fetched with it go
+        first); seek back what was not handed."""
         app = self.app
         generation_id = app.consumer_generation_id
         refetch: dict[TP, int] = {}
-        for tp, batch in batches.items():
+        background = self.background_topics
+        ordered = sorted(batches.items(), key=lambda item: item[0].topic in background)
+        for tp, batch in ordered:
             active = self._active_partitions
             if (
                 not self.flow_active
@@ -681,16 +688,19 @@ class GuardedConsumer(AIOKafkaConsumer):
             wanted.set()
 
     def _caught_up(self) -> bool:
-        """Whether every input partition was handed over up to its end (its last
-        stable offset under ``read_committed``, else its high watermark) as of its
-        last fetch response."""
+        """Whether every input partition but the background topics' was handed over up
+        to its end (its last stable offset under ``read_committed``, else its high
+        watermark) as of its last fetch response."""
         consumer = self._thread._consumer
         subscription = None if consumer is None else consumer._subscription.subscription
         assignment = None if subscription is None else subscription.assignment
         if assignment is None:
             return False
         committed_only = consumer._isolation_level == "read_committed"
+        background = self.background_topics
         for tp, ledger in self.ledger.partitions.items():
+            if tp.topic in background:
+                continue  # no reader waits for its outputs
             state = assignment.state_value(TopicPartition(tp.topic, tp.partition))
             if state is None:
                 continue  # revoked: not this worker's to read
