@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -254,6 +255,96 @@ def test_cli_exits_2_naming_a_bad_line_deep_in_a_big_run(tmp_path: Path) -> None
     assert result.stderr == (
         f"{run}:60001: expected 6 columns (qid Q0 docid rank score tag), got 5\n"
     )
+
+
+def test_the_first_bad_line_is_named_while_later_chunks_are_parsed_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks are parsed a chunk ahead in a background thread: a later chunk with
+    # a bad line may be parsed before an earlier one is read line by line.
+    text = big_run("q1 Q0 b 17 0.5\n", 20_000, after=20_000) + "q2 Q0 b 17 high r\n"
+    path = write(tmp_path, "run.txt", text)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    with pytest.raises(InputError) as raised:
+        list(iter_retrievals(path))
+    assert str(raised.value) == (
+        f"{path}:20001: expected 6 columns (qid Q0 docid rank score tag), got 5"
+    )
+
+
+def test_a_bad_line_is_named_after_the_rankings_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chunk with the bad line is parsed in the background while the rankings
+    # of the chunks before it are consumed: they all come first, then the error.
+    text = big_run("q1 Q0 b 17 0.5 r x\n", 20_000)
+    path = write(tmp_path, "run.txt", text)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    seen: list[str] = []
+    with pytest.raises(InputError) as raised:
+        for retrieval in iter_retrievals(path):
+            seen.append(retrieval.query_id)
+    assert str(raised.value) == (
+        f"{path}:20001: expected 6 columns (qid Q0 docid rank score tag), got 7"
+    )
+    # Those of every chunk before the bad line's (a chunk with a bad line is
+    # read line by line, and yields nothing).
+    assert len(seen) > 1000
+    assert seen == [f"q{n:05d}" for n in range(len(seen))]
+    assert not _reader_threads()
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("scorer-run-reader")]
+
+
+def test_an_error_in_the_reading_thread_is_raised_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 0.5\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    parse = columnar.run_blocks
+    lines: list[int] = []  # of each chunk parsed
+
+    def failing(raw: memoryview) -> object:
+        lines.append(bytes(raw).count(b"\n"))
+        if len(lines) == 3:
+            raise MemoryError("out of memory in chunk 3")
+        return parse(raw)
+
+    monkeypatch.setattr(columnar, "run_blocks", failing)
+    seen: list[str] = []
+    with pytest.raises(MemoryError, match="chunk 3"):
+        for retrieval in iter_retrievals(path):
+            seen.append(retrieval.query_id)
+    # The rankings of the two chunks before came first, but the last (its
+    # lines may go on in the third chunk); 10 lines a query.
+    assert seen == [f"q{n:05d}" for n in range(-(-sum(lines[:2]) // 10) - 1)]
+    assert not _reader_threads()
+
+
+def test_a_run_left_early_stops_its_reading_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 1 r\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    rankings = iter_retrievals(path)
+    next(rankings)
+    assert _reader_threads()
+    rankings.close()
+    assert not _reader_threads()
+
+
+def test_progress_is_told_every_byte_of_a_chunked_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 1 r\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    seen: list[int] = []
+    list(iter_retrievals(path, seen.append))
+    assert len(seen) > 5
+    assert seen == sorted(seen)
+    assert seen[-1] == path.stat().st_size
 
 
 def test_the_same_run_scores_the_same_either_way(
