@@ -347,6 +347,39 @@ def test_progress_is_told_every_byte_of_a_chunked_run(
     assert seen[-1] == path.stat().st_size
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 26])
+@pytest.mark.parametrize("end", ["\n", ""])
+def test_line_chunks_of_a_mapped_file_and_of_a_pipe_are_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, end: str
+) -> None:
+    import os
+
+    rng = random.Random(chunk)
+    lines = ["x" * rng.choice([0, 1, 5, 30, 200]) for _ in range(300)]
+    data = ("\n".join(lines) + end).encode()
+    path = write(tmp_path, "lines.txt", data)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", chunk)
+    with path.open("rb", buffering=0) as file:
+        mapped = list(columnar.line_chunks(file))  # all held: pages let go are read again
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        piped = list(columnar.line_chunks(pipe))
+    for chunks in (mapped, piped):
+        assert b"".join(chunks) == data
+        assert all(bytes(c).endswith(b"\n") for c in chunks[:-1])
+        assert all(len(c) for c in chunks)
+    # A mapped chunk is as long as it can be: a line more would pass CHUNK_BYTES.
+    assert all(len(c) <= chunk or c.tobytes().count(b"\n") <= 1 for c in mapped)
+    del mapped, piped
+
+
+def test_line_chunks_of_an_empty_file(tmp_path: Path) -> None:
+    with write(tmp_path, "empty.txt", b"").open("rb", buffering=0) as file:
+        assert list(columnar.line_chunks(file)) == []
+
+
 def test_the_same_run_scores_the_same_either_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
