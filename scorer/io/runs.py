@@ -10,7 +10,8 @@ runs. JSONL results are validated line by line with the wire model
 :class:`schemas.RetrievalResult`, so they carry the same bounds as on Kafka.
 
 A TREC run of at least :data:`COLUMNAR_MIN_BYTES` (16 MiB) is read in chunks of whole
-lines (64 MiB). Each chunk is parsed by pyarrow and ordered with a vectorised
+lines (64 MiB; 8, 16 and 32 MiB first), the next parsed in a background thread
+while one is scored. Each chunk is parsed by pyarrow and ordered with a vectorised
 sort (:func:`scorer.io.columnar.run_blocks`) unless it holds anything that
 parser cannot read exactly as ``str.split`` does; such a chunk is read line by
 line, which also names a malformed line. A smaller file is read line by line

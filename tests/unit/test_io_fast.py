@@ -533,3 +533,14 @@ def test_the_fast_path_imports_neither_pandas_nor_pyarrow_compute(tmp_path: Path
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.stdout.strip() == "False False", done.stderr
+
+
+def test_a_mapped_file_comes_in_chunks_growing_from_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"".join(b"x" * 9 + b"\n" for _ in range(100))  # 10-byte lines
+    monkeypatch.setattr(columnar, "FIRST_CHUNK_BYTES", 100)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 400)
+    with write(tmp_path, "lines.txt", data).open("rb", buffering=0) as file:
+        sizes = [len(chunk) for chunk in columnar.line_chunks(file)]
+    assert sizes == [100, 200, 400, 300]
