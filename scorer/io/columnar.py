@@ -1,8 +1,11 @@
 """The fast path of the TREC readers: whole chunks parsed by pyarrow's CSV reader.
 
 The line-by-line readers (:mod:`scorer.io.runs`, :mod:`scorer.io.qrels`) split
-every line in Python; here a chunk of whole lines is parsed at once, in C++ and
-on every core, and a run's rankings are ordered with a vectorised sort.
+every line in Python; here a chunk of whole lines is parsed at once, in C++
+without the GIL, and a run's rankings are ordered with a vectorised sort. A
+chunk is parsed on one core (the CSV reader's own threads cost CPU and win no
+time while the next chunk is parsed beside the scoring of this one, measured),
+in a thread of :func:`scorer.io.runs._parsed_ahead`.
 
 The fast path never decides what a malformed file means: whatever it cannot
 read exactly as ``str.split`` would (a wrong column count, a score or grade
@@ -169,7 +172,8 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
     try:
         table = pacsv.read_csv(
             pa.py_buffer(raw),
-            read_options=pacsv.ReadOptions(column_names=list(types)),
+            # One thread: see the module docstring.
+            read_options=pacsv.ReadOptions(column_names=list(types), use_threads=False),
             parse_options=pacsv.ParseOptions(
                 delimiter=" ",
                 quote_char=False,
