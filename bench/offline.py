@@ -553,8 +553,10 @@ def render(args: argparse.Namespace, rows: list[Row], with_trec_eval: bool) -> s
 
 
 NOTES = (
-    "Where scorer's time goes end to end: a run file of 16 MiB or more is parsed in 64 MiB "
-    "chunks by pyarrow's CSV reader (C++, on every core) and each query's lines are checked "
+    "Where scorer's time goes end to end: a run file of 16 MiB or more is mapped and parsed "
+    "in chunks (8, 16, 32, then 64 MiB) by pyarrow's CSV reader (C++, one core, without the "
+    "GIL: the next chunk in a background thread while this one is scored, and the qrels read "
+    "in another while the first is parsed) and each query's lines are checked "
     "to be in trec_eval's order with vectorised comparisons (a vectorised sort when they are "
     "not); a smaller file is read line by line in Python, which starts faster than importing "
     "pyarrow. What is left in Python is one `str.split` per query to make its docid strings, "

@@ -28,12 +28,20 @@ queries of two runs in a comparison (:mod:`scorer.compare`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from scorer.io import Golden, InterleavedRun, Progress, Retrieval, iter_retrievals
+from scorer.io import (
+    Golden,
+    InputError,
+    InterleavedRun,
+    Progress,
+    Retrieval,
+    iter_retrievals,
+)
 from scorer.metrics import Judgments, MetricValues, score
 from scorer.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.rollup import RunRollup
@@ -340,7 +348,7 @@ def evaluate_run_file(
 
 
 def evaluate_run_file_cutoffs(
-    golden: Golden,
+    golden: Golden | Callable[[], Golden],
     path: Path,
     *,
     ks: Sequence[int],
@@ -352,12 +360,33 @@ def evaluate_run_file_cutoffs(
 
     The file is streamed; a TREC run whose queries are not contiguous is read
     again and merged in memory (trec_eval accepts lines in any order).
+    ``golden`` may be a call that gives the judgments (the result of a read of
+    the qrels going on in another thread): it is called once the run's first
+    ranking is in hand, so that the two files are read at the same time; a bad
+    qrels file is still the one reported when both are bad.
     Raises :class:`scorer.io.InputError` for a bad file.
     """
+    if callable(golden):
+        retrievals, golden = _first_ranking_then(golden, path, progress)
+    else:
+        retrievals = iter_retrievals(path, progress)
     try:
-        return evaluate_cutoffs(
-            golden, iter_retrievals(path, progress), ks=ks, complete=complete, per_query=per_query
-        )
+        return evaluate_cutoffs(golden, retrievals, ks=ks, complete=complete, per_query=per_query)
     except InterleavedRun:
         merged = iter_retrievals(path, progress, merge_blocks=True)
         return evaluate_cutoffs(golden, merged, ks=ks, complete=complete, per_query=per_query)
+
+
+def _first_ranking_then(
+    read_golden: Callable[[], Golden], path: Path, progress: Progress | None
+) -> tuple[Iterator[Retrieval], Golden]:
+    """The rankings of ``path`` and ``read_golden()``, called once the first ranking
+    has been read (an :class:`InputError` of the qrels wins over the run's)."""
+    try:
+        retrievals = iter_retrievals(path, progress)
+        first = next(retrievals, None)
+    except InputError:
+        read_golden()  # a bad qrels file is named first, as when it was read first
+        raise
+    golden = read_golden()
+    return (retrievals if first is None else chain([first], retrievals)), golden

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, groupby, islice
+from itertools import accumulate, compress, islice
 from operator import eq, truediv
 from typing import Any
 
@@ -81,21 +81,42 @@ def _prefix_sums(confidences: Sequence[float], losses: Sequence[float]) -> list[
     """
     order = sorted(range(len(confidences)), key=confidences.__getitem__, reverse=True)
     ranked = [confidences[index] for index in order]
-    if not any(map(eq, ranked, islice(ranked, 1, None))):
+    # i where ranked[i] == ranked[i + 1]: few, as ties are
+    ties = list(compress(range(len(ranked) - 1), map(eq, ranked, islice(ranked, 1, None))))
+    if not ties:
         return list(accumulate(losses[index] for index in order))  # no ties: the usual case
+    in_order = [losses[index] for index in order]
     sums: list[float] = []
-    counted = 0.0  # loss sum of the groups before this one
-    for _, members in groupby(order, key=confidences.__getitem__):
-        group = [losses[index] for index in members]
+    counted = 0.0  # loss sum of the results before ``done``
+    done = 0
+    for start, end in _tie_groups(ties):
+        group = in_order[start:end]
         if min(group) == max(group):
-            sums.extend(islice(accumulate(group, initial=counted), 1, None))
+            continue  # walked one loss at a time with the results around it
+        # One loss at a time up to the group (each step as accumulate's from counted),
+        sums.extend(islice(accumulate(in_order[done:start], initial=counted), 1, None))
+        if start > done:
             counted = sums[-1]
-            continue
+        # then the group by its mean.
         total = math.fsum(group)
         mean = total / len(group)
         sums.extend(counted + inside * mean for inside in range(1, len(group) + 1))
         counted += total
+        done = end
+    sums.extend(islice(accumulate(in_order[done:], initial=counted), 1, None))
     return sums
+
+
+def _tie_groups(ties: list[int]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run of equal ranked confidences, from the ``i`` where
+    ``ranked[i] == ranked[i + 1]`` (ascending)."""
+    start = previous = ties[0]
+    for i in islice(ties, 1, None):
+        if i != previous + 1:
+            yield start, previous + 2
+            start = i
+        previous = i
+    yield start, previous + 2
 
 
 def _area(sums: list[float], positions: Sequence[int]) -> tuple[float, list[list[float]]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from scorer.evaluation import (
     combine,
     evaluate_run_file_cutoffs,
 )
-from scorer.io import InputError, file_size, read_golden
+from scorer.io import Golden, InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
 from scorer.io.detect import gc_paused
 from scorer.io.runs import COLUMNAR_MIN_BYTES
@@ -163,12 +163,24 @@ def eval_command(
     try:
         # Reading and scoring make millions of objects and no cycles: the
         # collector's passes over them cost ~10% (measured).
-        with gc_paused():
+        with gc_paused(), ExitStack() as stack:
             # A run big enough for pyarrow pays its import for the qrels too.
             columnar = any(
                 run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs
             )
-            golden = read_golden(qrels, columnar=columnar)
+            golden: Golden | Callable[[], Golden]
+            if columnar:
+                # Read in a thread while the first run's first chunk is parsed
+                # (pyarrow parses without the GIL); the runs take it when they
+                # need it (see evaluate_run_file_cutoffs).
+                from concurrent.futures import ThreadPoolExecutor
+
+                pool = stack.enter_context(
+                    ThreadPoolExecutor(1, thread_name_prefix="scorer-qrels-reader")
+                )
+                golden = pool.submit(read_golden, qrels, columnar=True).result
+            else:
+                golden = read_golden(qrels)
             sources: list[tuple[str, list[Evaluation]]] = []
             for run in runs:
                 name = STDIN_NAME if run == STDIN else run

@@ -10,7 +10,8 @@ import pytest
 import pytrec_eval
 from click.testing import CliRunner
 
-from scorer.cli import main
+from scorer.cli import eval_cmd, main
+from scorer.io import runs as run_reader
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TREC_MEASURES = {"P_10", "recall_10", "success_10", "recip_rank"}
@@ -113,11 +114,24 @@ def test_table_per_query_lists_each_ranking() -> None:
         ("q1 0 a 1\n", "", "run.txt: file is empty"),
         ("q1 Q0 a 1 1 r\n", "q1 Q0 a 1 1 r\n", "qrels.txt: is a TREC run, expected qrels"),
         ("q1 0 a 1\n", "q1 0 a 1\n", "run.txt: is a TREC qrels, expected rankings"),
+        # Both bad: the qrels are named, as they are read first.
+        ("q1 0 a one\n", "q1 Q0 a 1 x r\n", "qrels.txt:1: grade 'one' is not an integer"),
+        ("q1 0 a 1\nq1 a\n", "", "qrels.txt:2: expected 4 columns"),
+        ("", "q1 0 a 1\n", "qrels.txt: file is empty"),
     ],
 )
+@pytest.mark.parametrize("big_run", [False, True])
 def test_bad_input_exits_2_with_one_line_on_stderr(
-    tmp_path: Path, qrels_text: str, run_text: str, message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    qrels_text: str,
+    run_text: str,
+    message: str,
+    big_run: bool,
 ) -> None:
+    if big_run:  # the qrels read in a thread while the run's first chunk is parsed
+        monkeypatch.setattr(eval_cmd, "COLUMNAR_MIN_BYTES", 0)
+        monkeypatch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
     (tmp_path / "qrels.txt").write_text(qrels_text)
     (tmp_path / "run.txt").write_text(run_text)
     code, out, err = run_eval(tmp_path / "qrels.txt", tmp_path / "run.txt")
@@ -208,6 +222,36 @@ def test_short_flags_match_trec_eval_habits() -> None:
     document = orjson.loads(short[1])
     assert document["runs"]["bm25-v1"]["zeroFilled"] == 1
     assert len(document["results"]) == 24  # 12 judged queries x 2 runs, -c fills the gap
+
+
+def test_a_big_run_reads_the_qrels_alongside_and_scores_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    other = write(tmp_path, "other.txt", run.read_text().replace(" 1.", " 0.7"))
+    for args in ([], ["-q", "-c"], ["--k", "5,10"]):
+        small = run_eval(qrels, run, other, "--format", "json", *args)
+        with monkeypatch.context() as patch:
+            patch.setattr(eval_cmd, "COLUMNAR_MIN_BYTES", 0)
+            patch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
+            big = run_eval(qrels, run, other, "--format", "json", *args)
+        assert big == small
+        assert small[0] == 0
+
+
+def test_reading_the_qrels_alongside_the_run_gives_the_same_evaluation() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scorer.evaluation import evaluate_run_file_cutoffs
+    from scorer.io import read_golden
+
+    qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
+    golden = read_golden(qrels)
+    expected = evaluate_run_file_cutoffs(golden, run, ks=[10], per_query=True)
+    with ThreadPoolExecutor(1) as pool:
+        later = pool.submit(read_golden, qrels).result
+        got = evaluate_run_file_cutoffs(later, run, ks=[10], per_query=True)
+    assert [e.as_json() for e in got] == [e.as_json() for e in expected]
 
 
 def test_run_from_standard_input_equals_the_file() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -256,6 +257,129 @@ def test_cli_exits_2_naming_a_bad_line_deep_in_a_big_run(tmp_path: Path) -> None
     )
 
 
+def test_the_first_bad_line_is_named_while_later_chunks_are_parsed_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks are parsed a chunk ahead in a background thread: a later chunk with
+    # a bad line may be parsed before an earlier one is read line by line.
+    text = big_run("q1 Q0 b 17 0.5\n", 20_000, after=20_000) + "q2 Q0 b 17 high r\n"
+    path = write(tmp_path, "run.txt", text)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    with pytest.raises(InputError) as raised:
+        list(iter_retrievals(path))
+    assert str(raised.value) == (
+        f"{path}:20001: expected 6 columns (qid Q0 docid rank score tag), got 5"
+    )
+
+
+def test_a_bad_line_is_named_after_the_rankings_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chunk with the bad line is parsed in the background while the rankings
+    # of the chunks before it are consumed: they all come first, then the error.
+    text = big_run("q1 Q0 b 17 0.5 r x\n", 20_000)
+    path = write(tmp_path, "run.txt", text)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    seen: list[str] = []
+    with pytest.raises(InputError) as raised:
+        for retrieval in iter_retrievals(path):
+            seen.append(retrieval.query_id)
+    assert str(raised.value) == (
+        f"{path}:20001: expected 6 columns (qid Q0 docid rank score tag), got 7"
+    )
+    # Those of every chunk before the bad line's (a chunk with a bad line is
+    # read line by line, and yields nothing).
+    assert len(seen) > 1000
+    assert seen == [f"q{n:05d}" for n in range(len(seen))]
+    assert not _reader_threads()
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("scorer-run-reader")]
+
+
+def test_an_error_in_the_reading_thread_is_raised_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 0.5\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    parse = columnar.run_blocks
+    lines: list[int] = []  # of each chunk parsed
+
+    def failing(raw: memoryview) -> object:
+        lines.append(bytes(raw).count(b"\n"))
+        if len(lines) == 3:
+            raise MemoryError("out of memory in chunk 3")
+        return parse(raw)
+
+    monkeypatch.setattr(columnar, "run_blocks", failing)
+    seen: list[str] = []
+    with pytest.raises(MemoryError, match="chunk 3"):
+        for retrieval in iter_retrievals(path):
+            seen.append(retrieval.query_id)
+    # The rankings of the two chunks before came first, but the last (its
+    # lines may go on in the third chunk); 10 lines a query.
+    assert seen == [f"q{n:05d}" for n in range(-(-sum(lines[:2]) // 10) - 1)]
+    assert not _reader_threads()
+
+
+def test_a_run_left_early_stops_its_reading_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 1 r\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    rankings = iter_retrievals(path)
+    next(rankings)
+    assert _reader_threads()
+    rankings.close()
+    assert not _reader_threads()
+
+
+def test_progress_is_told_every_byte_of_a_chunked_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "run.txt", big_run("q1 Q0 b 17 1 r\n", 20_000))
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 64 << 10)
+    seen: list[int] = []
+    list(iter_retrievals(path, seen.append))
+    assert len(seen) > 5
+    assert seen == sorted(seen)
+    assert seen[-1] == path.stat().st_size
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 26])
+@pytest.mark.parametrize("end", ["\n", ""])
+def test_line_chunks_of_a_mapped_file_and_of_a_pipe_are_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, end: str
+) -> None:
+    import os
+
+    rng = random.Random(chunk)
+    lines = ["x" * rng.choice([0, 1, 5, 30, 200]) for _ in range(300)]
+    data = ("\n".join(lines) + end).encode()
+    path = write(tmp_path, "lines.txt", data)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", chunk)
+    with path.open("rb", buffering=0) as file:
+        mapped = list(columnar.line_chunks(file))  # all held: pages let go are read again
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        piped = list(columnar.line_chunks(pipe))
+    for chunks in (mapped, piped):
+        assert b"".join(chunks) == data
+        assert all(bytes(c).endswith(b"\n") for c in chunks[:-1])
+        assert all(len(c) for c in chunks)
+    # A mapped chunk is as long as it can be: a line more would pass CHUNK_BYTES.
+    assert all(len(c) <= chunk or c.tobytes().count(b"\n") <= 1 for c in mapped)
+    del mapped, piped
+
+
+def test_line_chunks_of_an_empty_file(tmp_path: Path) -> None:
+    with write(tmp_path, "empty.txt", b"").open("rb", buffering=0) as file:
+        assert list(columnar.line_chunks(file)) == []
+
+
 def test_the_same_run_scores_the_same_either_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,3 +533,14 @@ def test_the_fast_path_imports_neither_pandas_nor_pyarrow_compute(tmp_path: Path
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.stdout.strip() == "False False", done.stderr
+
+
+def test_a_mapped_file_comes_in_chunks_growing_from_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"".join(b"x" * 9 + b"\n" for _ in range(100))  # 10-byte lines
+    monkeypatch.setattr(columnar, "FIRST_CHUNK_BYTES", 100)
+    monkeypatch.setattr(columnar, "CHUNK_BYTES", 400)
+    with write(tmp_path, "lines.txt", data).open("rb", buffering=0) as file:
+        sizes = [len(chunk) for chunk in columnar.line_chunks(file)]
+    assert sizes == [100, 200, 400, 300]

@@ -220,3 +220,47 @@ def test_a_confidence_that_orders_losses_backwards_is_worst() -> None:
 def test_confidences_and_losses_must_be_parallel() -> None:
     with pytest.raises(ValueError, match="2 confidences but 1 losses"):
         loss_curve([0.1, 0.2], [0.0])
+
+
+def walked_group_by_group(confidences: list[float], losses: list[float]) -> list[float]:
+    """The prefix sums as the module docstring words them, one tie group at a time:
+    a group of equal losses one loss at a time, any other by its mean."""
+    groups: dict[float, list[float]] = {}
+    for confidence, loss in sorted(
+        zip(confidences, losses, strict=True), key=lambda pair: pair[0], reverse=True
+    ):
+        groups.setdefault(confidence, []).append(loss)
+    sums: list[float] = []
+    counted = 0.0
+    for group in groups.values():
+        if len(set(group)) == 1:
+            for loss in group:
+                counted += loss
+                sums.append(counted)
+            continue
+        total = math.fsum(group)
+        sums.extend(counted + inside * (total / len(group)) for inside in range(1, len(group) + 1))
+        counted += total
+    return sums
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(st.integers(0, 8), st.sampled_from([0.0, 1.0, 0.25, 1 / 3, 0.7])),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_prefix_sums_are_those_of_the_walk_group_by_group_to_the_last_bit(
+    pairs: list[tuple[int, float]],
+) -> None:
+    # Runs of the results between tie groups of unequal losses are summed in one
+    # stretch: the same floating-point operations as group by group.
+    from scorer.risk_coverage import _prefix_sums
+
+    confidences = [float(confidence) for confidence, _ in pairs]
+    losses = [loss for _, loss in pairs]
+    expected = walked_group_by_group(confidences, losses)
+    got = _prefix_sums(confidences, losses)
+    assert [value.hex() for value in got] == [value.hex() for value in expected]
