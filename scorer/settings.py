@@ -139,10 +139,10 @@ class Settings(BaseSettings):
         ge=0,
         le=60,
         description=(
-            "Under exactly_once, a worker that has read its inputs to the end commits "
-            "each batch at once, at most this often, instead of waiting for the commit "
-            "interval: the latency a read_committed reader sees without a backlog. "
-            "0: commit on the interval only."
+            "Under exactly_once, a worker that has read its results to their end "
+            "commits each batch at once, at most this often, instead of waiting for the "
+            "commit interval: the latency a read_committed reader sees without a "
+            "backlog. 0: commit on the interval only."
         ),
     )
     kafka_fetch_max_wait_ms: int = Field(

@@ -300,11 +300,11 @@ class GuardedConsumer(AIOKafkaConsumer):
     """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
     before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
     """Run at the start of every commit, between two batches or events."""
-    caught_up_commit_seconds: ClassVar[float | None] = None
-    """Set per app by ``faust_edge.install`` under exactly_once: once every input
-    partition is read to its end, a booked batch is committed at once, at most once
-    per this many seconds (None: only Faust's commit timer). See
-    :meth:`_caught_up_commits`."""
+    caught_up_commit_seconds: float | None = None
+    """Set per consumer by ``faust_edge.install`` under exactly_once: once the input
+    partitions (but the background topics') are read to their ends, a booked batch
+    is committed at once, at most once per this many seconds (None: only Faust's
+    commit timer). See :meth:`_caught_up_commits`."""
     _deliveries: Deliveries | None = None
     _booked_since_commit = False
     _last_commit_started = 0.0
@@ -663,8 +663,9 @@ class GuardedConsumer(AIOKafkaConsumer):
     async def _caught_up_commits(self) -> None:
         """Under exactly_once a ``read_committed`` reader sees a result when its
         transaction commits: with Faust's timer alone, half the commit interval on
-        average. A worker that has read every input partition to its end has
-        nothing to batch its commit with, so it commits its booked batches at once,
+        average. A worker that has read its input partitions (but the background
+        topics') to their ends has nothing to batch its commit with, so it commits
+        its booked batches at once,
         at most once per :attr:`caught_up_commit_seconds`; behind, it goes on
         committing every commit interval, as many batches at a time as arrive."""
         spacing = self.caught_up_commit_seconds
@@ -682,7 +683,7 @@ class GuardedConsumer(AIOKafkaConsumer):
 
     def _signal_if_caught_up(self) -> None:
         """After the batches of a fetch: wake :meth:`_caught_up_commits` if they were
-        booked and every input partition is read to its end."""
+        booked and the input partitions are read to their ends (:meth:`_caught_up`)."""
         wanted = self._commit_wanted
         if wanted is not None and self._booked_since_commit and self._caught_up():
             wanted.set()
