@@ -702,7 +702,7 @@ class GuardedConsumer(AIOKafkaConsumer):
         for tp, ledger in self.ledger.partitions.items():
             if tp.topic in background:
                 continue  # no reader waits for its outputs
-            state = assignment.state_value(TopicPartition(tp.topic, tp.partition))
+            state = assignment.state_value(tp)  # Faust's TP is the same tuple
             if state is None:
                 continue  # revoked: not this worker's to read
             end = state.lso if committed_only else state.highwater
