@@ -4,11 +4,11 @@ The limit of this client stack here, with no framework:
 
 - at-least-once (default): the output of a fetched batch is acknowledged before
   its offsets are committed, every 2.8 s;
-- ``--exactly-once``: the floor of Kafka transactions on this stack. Inputs are
-  read read_committed, and each fetched batch is one transaction (its outputs
-  and its offsets, committed as soon as it is sent): the lowest latency a
-  transactional consume-transform-produce loop can have, since a
-  read_committed reader sees an output only when its transaction commits.
+- ``--exactly-once``: Kafka transactions with no framework. Inputs are read
+  read_committed, and each fetched batch is one transaction of one producer
+  (its outputs and its offsets, committed as soon as they are sent): the plain
+  transactional consume-transform-produce loop, whose outputs a read_committed
+  reader sees only when their transaction commits.
 
 Runs until SIGTERM, then commits and stops.
 
