@@ -544,3 +544,50 @@ def test_a_mapped_file_comes_in_chunks_growing_from_the_first(
     with write(tmp_path, "lines.txt", data).open("rb", buffering=0) as file:
         sizes = [len(chunk) for chunk in columnar.line_chunks(file)]
     assert sizes == [100, 200, 400, 300]
+
+
+@given(
+    st.lists(st.sampled_from(DOCS + [f"d{n}" for n in range(30)]), min_size=1, max_size=40),
+    st.integers(min_value=0, max_value=50),
+    st.integers(min_value=-45, max_value=45),
+)
+def test_a_joined_ranking_reads_as_the_list_it_stands_for(
+    ids: list[str], cut: int, position: int
+) -> None:
+    ranking = run_reader.JoinedRanking("\n".join(ids))
+    assert len(ranking) == len(ids)
+    assert ranking[:cut] == ids[:cut]  # the head, split no further than asked
+    assert ranking[cut:] == ids[cut:]
+    if -len(ids) <= position < len(ids):
+        assert ranking[position] == ids[position]
+    else:
+        with pytest.raises(IndexError):
+            ranking[position]
+    assert list(ranking) == ids
+    assert ranking == ids
+    assert ranking != [*ids, "extra"]
+    assert ranking == run_reader.JoinedRanking("\n".join(ids))
+
+
+@given(
+    st.lists(st.sampled_from([f"d{n}" for n in range(40)]), min_size=1, max_size=60),
+    st.dictionaries(st.sampled_from([f"d{n}" for n in range(40)]), st.integers(0, 3)),
+    st.integers(min_value=1, max_value=70),
+)
+def test_scoring_a_joined_ranking_gives_the_list_s_metrics(
+    ids: list[str], qrels: dict[str, int], k: int
+) -> None:
+    from scorer.metrics import Judgments, score
+
+    judgments = Judgments.from_qrels(qrels)
+    joined = run_reader.JoinedRanking("\n".join(ids))
+    assert score(joined, judgments, k) == score(ids, judgments, k)
+
+
+def test_the_columnar_reader_gives_rankings_in_order_as_joined_rankings(tmp_path: Path) -> None:
+    lines = [f"q{q} Q0 d{d} {d + 1} {100 - d} tag\n" for q in range(3) for d in range(20)]
+    path = write(tmp_path, "run.txt", "".join(lines))
+    blocks, _ = columnar.run_blocks(memoryview(path.read_bytes()))
+    retrievals = [run_reader._retrieval(block) for block in blocks]
+    assert all(isinstance(r.ranked, run_reader.JoinedRanking) for r in retrievals)
+    assert [r.ranked for r in retrievals] == [[f"d{d}" for d in range(20)]] * 3
