@@ -29,19 +29,33 @@ COMMIT_INTERVAL = 2.8
 """Seconds between offset commits (Faust's default commit interval)."""
 
 
-async def pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
-    """The at-least-once pipe."""
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
     loop.add_signal_handler(signal.SIGINT, stopping.set)
-    consumer = AIOKafkaConsumer(
+    return stopping
+
+
+def input_consumer(
+    bootstrap: str, source: str, group_id: str, isolation_level: str
+) -> AIOKafkaConsumer:
+    """The consumer of ``source`` in ``group_id``, committing by hand, from the start."""
+    return AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        isolation_level=isolation_level,
     )
+
+
+async def pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
+    """The at-least-once pipe."""
+    stopping = stop_on_signals()
+    consumer = input_consumer(bootstrap, source, group_id, "read_uncommitted")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await consumer.start()
     await producer.start()
@@ -70,18 +84,8 @@ async def pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
 
 async def transactional_pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
     """The exactly-once pipe: one transaction per fetched batch."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stopping.set)
-    loop.add_signal_handler(signal.SIGINT, stopping.set)
-    consumer = AIOKafkaConsumer(
-        source,
-        bootstrap_servers=bootstrap,
-        group_id=group_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-    )
+    stopping = stop_on_signals()
+    consumer = input_consumer(bootstrap, source, group_id, "read_committed")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{group_id}-tx")
     await consumer.start()
     await producer.start()
