@@ -31,7 +31,7 @@ Medians over the repetitions go to a table (printed, and written under
 "Streaming" in docs/benchmarks.md) and a plot (docs/img/stream-bench.png).
 
     .venv/bin/python bench/stream.py            # ~15 minutes
-    .venv/bin/python bench/stream.py --quick    # ~4 minutes
+    .venv/bin/python bench/stream.py --quick    # ~5 minutes
 """
 
 from __future__ import annotations
