@@ -139,15 +139,19 @@ def cpu_seconds(pid: int) -> float:
 
 SETTLE_SECONDS = 15.0
 """At most this long between the throughput run and the latency phases."""
+DRAIN_SECONDS = 90.0
+"""At most this long for a pipeline to finish what the latency phases gave it."""
 
 
-async def settle(pid: int, idle_share: float = 0.05, window: float = 0.5) -> float:
+async def settle(
+    pid: int, idle_share: float = 0.05, window: float = 0.5, limit: float = SETTLE_SECONDS
+) -> float:
     """Wait until the process has been idle (under ``idle_share`` of a core over a
-    ``window``) or ``SETTLE_SECONDS`` passed; returns the seconds waited. The latency
+    ``window``) or ``limit`` seconds passed; returns the seconds waited. The latency
     phases then measure a pipeline at its offered load, not the tail of the backlog
     it just drained (a scorer still folds that backlog's run rollups)."""
     started = time.monotonic()
-    while time.monotonic() - started < SETTLE_SECONDS:
+    while time.monotonic() - started < limit:
         before = cpu_seconds(pid)
         await asyncio.sleep(window)
         if cpu_seconds(pid) - before < idle_share * window:
@@ -478,6 +482,10 @@ async def measure(
                 f"  {pipeline.name} at {rate:,.0f}/s: "
                 f"p50 {p50:.1f} ms, p95 {p95:.1f}, p99 {p99:.1f}"
             )
+        # What a saturated phase left (or a scorer's last rollup folds) is finished
+        # here, not inside the next repetition's throughput run.
+        drained_for = await settle(pid, limit=DRAIN_SECONDS)
+        print(f"  {pipeline.name}: idle {drained_for:.1f} s after the latency phases")
     finally:
         await asyncio.to_thread(pipeline.stop)
         collector.cancel()
