@@ -140,12 +140,11 @@ class JoinedRanking(Sequence[str]):
     equal to it.
     """
 
-    __slots__ = ("_ids", "_joined", "_length")
+    __slots__ = ("_ids", "_joined")
 
     def __init__(self, joined: str) -> None:
         self._joined = joined
         self._ids: list[str] | None = None
-        self._length = -1
 
     def _all(self) -> list[str]:
         if self._ids is None:
@@ -153,9 +152,9 @@ class JoinedRanking(Sequence[str]):
         return self._ids
 
     def __len__(self) -> int:
-        if self._length < 0:
-            self._length = self._joined.count("\n") + 1
-        return self._length
+        if self._ids is not None:
+            return len(self._ids)
+        return self._joined.count("\n") + 1
 
     @overload
     def __getitem__(self, index: int) -> str: ...
