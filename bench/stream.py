@@ -147,9 +147,10 @@ async def settle(
     pid: int, idle_share: float = 0.05, window: float = 0.5, limit: float = SETTLE_SECONDS
 ) -> float:
     """Wait until the process has been idle (under ``idle_share`` of a core over a
-    ``window``) or ``limit`` seconds passed; returns the seconds waited. The latency
-    phases then measure a pipeline at its offered load, not the tail of the backlog
-    it just drained (a scorer still folds that backlog's run rollups)."""
+    ``window``) or ``limit`` seconds passed; returns the seconds waited. After the
+    throughput run, so that its CPU includes the backlog's tail (a scorer still folds
+    its run rollups) and the latency phases measure a pipeline at its offered load;
+    after the latency phases, so that the next repetition starts from an idle one."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
         before = cpu_seconds(pid)
@@ -771,18 +772,24 @@ def main() -> None:
                 load_qrels_into_worker(settings, state_dir, payloads)
         results: dict[str, list[Figures]] = {name: [] for name in PIPELINES}
         loads: dict[float, float] = dict(zip(LOADS, args.rates, strict=True)) if args.rates else {}
+
+        def run(name: str, rep: int, into: dict[float, float], warm_up: bool = False) -> Figures:
+            """:func:`measure` of one pipeline; a warm-up is throughput only, unprofiled."""
+            profile = None if warm_up else args.profile
+            return asyncio.run(
+                measure(
+                    pipelines[name], info.bootstrap, payloads, rep, events, into, seconds,
+                    args.partitions, state_dir, profile, latency=not warm_up,
+                )
+            )  # fmt: skip
+
         # The broker's JVM is cold at first: a pipeline measured on it ran at a
         # quarter of its later rate (the pipe: 7,621 then 30,957 and 31,543 events/s),
         # and the offered loads were set from that. One untimed throughput run each.
         print(f"warm-up: {', '.join(n for n in PIPELINES if n in only)}")
         for name in PIPELINES:
             if name in only:
-                asyncio.run(
-                    measure(
-                        pipelines[name], info.bootstrap, payloads, -1, events, {}, seconds,
-                        args.partitions, state_dir, latency=False,
-                    )
-                )  # fmt: skip
+                run(name, -1, {}, warm_up=True)
         for rep in range(reps):
             shift = rep % len(PIPELINES)
             order = PIPELINES[shift:] + PIPELINES[:shift]
@@ -790,23 +797,8 @@ def main() -> None:
                 order = ("pipe", *(n for n in order if n != "pipe"))
             print(f"repetition {rep + 1}/{reps}: {', '.join(n for n in order if n in only)}")
             for name in order:
-                if name not in only:
-                    continue
-                figures = asyncio.run(
-                    measure(
-                        pipelines[name],
-                        info.bootstrap,
-                        payloads,
-                        rep,
-                        events,
-                        loads,
-                        seconds,
-                        args.partitions,
-                        state_dir,
-                        args.profile,
-                    )
-                )
-                results[name].append(figures)
+                if name in only:
+                    results[name].append(run(name, rep, loads))
     finally:
         stop_broker(state_dir)
     if set(only) != set(PIPELINES):
