@@ -12,6 +12,7 @@ table write per query per batch.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from faust.types import TP
@@ -28,10 +29,14 @@ def scored_output(
     entry: dict[str, Any],
     started: float,
     position: run_state.SourcePosition,
+    scored_at: datetime | None = None,
+    counted: bool = True,
 ) -> Output:
     """Score ``result`` against its qrels entry: its scored record, with the run
-    rollup contribution queued and the telemetry observed."""
-    scored = events.score_result(result, entry, parts.settings.default_retrieval_k)
+    rollup contribution queued and the telemetry observed. ``scored_at``: its
+    ``scoredAt`` (now if None; a batch is scored at one time); ``counted``: False
+    when the caller counts the scored results itself (a batch, at once)."""
+    scored = events.score_result(result, entry, parts.settings.default_retrieval_k, scored_at)
     confidence = result.top_confidence()
     parts.pending.add(
         result.run_id.encode(),
@@ -46,7 +51,9 @@ def scored_output(
         started,
     )
     telemetry = parts.telemetry
-    telemetry.observe_scored(scored.values, scored.facets, confidence)
+    if counted:
+        telemetry.scored.inc()
+    telemetry.observe_metrics(scored.values, scored.facets, confidence)
     telemetry.latency.observe(time.perf_counter() - started)
     return Output(parts.settings.scored_topic, result.query_id.encode(), scored.payload)
 
@@ -104,6 +111,8 @@ class ResultBatches:
         qrels = self.qrels
         started = time.perf_counter()
         now = time.time()
+        scored_at = datetime.fromtimestamp(now, UTC)
+        scored = 0
         outputs: list[Output] = []
         parked: dict[str, list[events.ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
@@ -123,9 +132,14 @@ class ResultBatches:
             entry = qrels.get(result.query_id)
             if entry is not None:
                 position = run_state.SourcePosition(tp.topic, tp.partition, record.offset)
-                outputs.append(scored_output(parts, result, entry, started, position))
+                outputs.append(
+                    scored_output(parts, result, entry, started, position, scored_at, False)
+                )
+                scored += 1
                 continue
             self._park(result, record.value, tp.partition, now, parked)
+        if scored:
+            telemetry.scored.inc(scored)
         for query_id, items in parked.items():
             self.parked_out.set(query_id, items, tp.partition, outputs)
         outputs.extend(rollup_outputs(parts))

@@ -94,3 +94,73 @@ def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
     assert ("scorer_confidence_results_total", "new") in registry_names
     assert counts("results", "type", "new") == [0, 0, 0, 0]
     assert counts("results", "all", "all") == [1, 1, 1, 1]
+
+
+def test_cached_series_observe_what_the_label_pairs_say():
+    """The batch path's straight-line observation (series resolved once per facets
+    mapping, the cache starting afresh when full) exposes exactly what observing
+    each result under its label pairs does: capped facets, ``other`` and all."""
+    import random
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from scorer.stream.telemetry import ConfidenceCounters, MetricHistograms, SeriesCache
+
+    telemetry = Telemetry(["type", "region"], 3, confidence_edges=(0.25, 0.5, 1.0))
+    telemetry._series_cache = SeriesCache(
+        telemetry.facet_labels,
+        telemetry.metric_histograms,
+        telemetry.confidence_counters,
+        limit=4,
+    )
+    reference_registry = CollectorRegistry()
+    reference_labels = FacetLabels(["type", "region"], 3)
+    histograms = MetricHistograms(reference_registry)
+    counters = ConfidenceCounters(reference_registry, (0.25, 0.5, 1.0))
+    rng = random.Random(3)
+    for _ in range(400):
+        facets = {"type": rng.choice("abcdef"), "secret": rng.choice("xy")}
+        if rng.random() < 0.5:
+            facets["region"] = rng.choice(["eu", "us", "apac", "latam", "mena"])
+        if rng.random() < 0.3:
+            facets = dict(reversed(list(facets.items())))
+        values = MetricValues(
+            rng.random(), rng.choice([0.0, 0.1, 1.0]), rng.random(), rng.random(), rng.randint(0, 1)
+        )
+        confidence = None if rng.random() < 0.2 else rng.uniform(-1.0, 2.0)
+        telemetry.observe_metrics(values, facets, confidence)
+        pairs = reference_labels.label_pairs(facets)
+        histograms.observe(pairs, values)
+        counters.observe(pairs, confidence, values)
+    ours = generate_latest(telemetry.registry).decode().splitlines()
+    reference = generate_latest(reference_registry).decode().splitlines()
+    ours_samples = [
+        line for line in ours if line.startswith(("scorer_retrieval_", "scorer_confidence_"))
+    ]
+    reference_samples = [
+        line for line in reference if line.startswith(("scorer_retrieval_", "scorer_confidence_"))
+    ]
+    assert ours_samples == reference_samples
+    assert any('value="other"' in line for line in ours_samples)
+
+
+def test_plain_histogram_exposes_what_a_prometheus_client_histogram_would():
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from scorer.stream.telemetry import LATENCY_BUCKETS, PlainHistogram
+
+    ours_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    ours = PlainHistogram("x_seconds", "Some time.", LATENCY_BUCKETS, ours_registry)
+    reference = Histogram(
+        "x_seconds", "Some time.", buckets=LATENCY_BUCKETS, registry=reference_registry
+    )
+    rng = random.Random(5)
+    for _ in range(300):
+        value = (
+            rng.choice([*LATENCY_BUCKETS, 0.0, 7.5]) if rng.random() < 0.3 else rng.expovariate(200)
+        )
+        ours.observe(value)
+        reference.observe(value)
+    assert generate_latest(ours_registry) == generate_latest(reference_registry)
