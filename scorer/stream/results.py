@@ -38,10 +38,13 @@ def scored_output(
     when the caller counts the scored results itself (a batch, at once)."""
     scored = events.score_result(result, entry, parts.settings.default_retrieval_k, scored_at)
     confidence = result.top_confidence()
-    parts.pending.add(
+    parts.pending.add_row(
         result.run_id.encode(),
-        run_state.Contribution(
-            position,
+        run_state.contribution_row(
+            position.topic,
+            position.partition,
+            position.offset,
+            position.seq,
             result.result_id,
             result.query_id,
             list(scored.values),

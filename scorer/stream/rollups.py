@@ -18,6 +18,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from scorer.stream import run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
@@ -78,8 +80,8 @@ def register(parts: StreamParts) -> None:
             now=now,
         )
         for record in records:
-            for item in run_state.decode_contributions(record.value):
-                batch.add(record.key, item)
+            for row in orjson.loads(record.value):
+                batch.add_row(record.key, row)
         outputs: list[Output] = []
         for key, entry in batch.queries.items():
             queries_out.set(key, entry, partition, outputs)

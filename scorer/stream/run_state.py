@@ -68,9 +68,12 @@ class Contribution:
     """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
 
     def to_wire(self) -> list[Any]:
+        """The contribution's row on the rollup topic (what :func:`contribution_row` makes)."""
         p = self.position
-        return [p.topic, p.partition, p.offset, p.seq, self.result_id, self.query_id,
-                self.values, self.facets, self.confidence]  # fmt: skip
+        return contribution_row(
+            p.topic, p.partition, p.offset, p.seq,
+            self.result_id, self.query_id, self.values, self.facets, self.confidence,
+        )  # fmt: skip
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> Contribution:
@@ -79,6 +82,23 @@ class Contribution:
         confidence = rest[0] if rest else None
         return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
                    values, facets, confidence)  # fmt: skip
+
+
+def contribution_row(
+    topic: str,
+    partition: int,
+    offset: int,
+    seq: int,
+    result_id: str,
+    query_id: str,
+    values: list[float],
+    facets: dict[str, str],
+    confidence: float | None,
+) -> list[Any]:
+    """One contribution as the rollup topic carries it (a JSON array of nine): the
+    batch path builds and folds these rows directly, without a :class:`Contribution`
+    per result."""
+    return [topic, partition, offset, seq, result_id, query_id, values, facets, confidence]
 
 
 def decode_contributions(raw: bytes) -> list[Contribution]:
@@ -112,17 +132,21 @@ class PendingRollups:
     size: int = 0
     since: float = 0.0
     """When the oldest pending contribution was added (``now`` of :meth:`add`)."""
-    _groups: dict[tuple[str, int, bytes], list[Contribution]] = field(default_factory=dict)
+    _groups: dict[tuple[str, int, bytes], list[list[Any]]] = field(default_factory=dict)
 
     def add(self, run_key: bytes, item: Contribution, now: float = 0.0) -> None:
+        self.add_row(run_key, item.to_wire(), now)
+
+    def add_row(self, run_key: bytes, row: list[Any], now: float = 0.0) -> None:
+        """:meth:`add` of a contribution already in its wire form (:func:`contribution_row`)."""
         if not self.size:
             self.since = now
-        group = (item.position.topic, item.position.partition, run_key)
-        items = self._groups.get(group)
-        if items is None:
-            self._groups[group] = [item]
+        group = (row[0], row[1], run_key)
+        rows = self._groups.get(group)
+        if rows is None:
+            self._groups[group] = [row]
         else:
-            items.append(item)
+            rows.append(row)
         self.size += 1
 
     def due(self, now: float, max_size: int, max_seconds: float) -> bool:
@@ -132,8 +156,8 @@ class PendingRollups:
 
     def drain(self) -> list[tuple[SourcePosition, bytes, bytes]]:
         records = [
-            (items[0].position, run_key, orjson.dumps([item.to_wire() for item in items]))
-            for (_, _, run_key), items in self._groups.items()
+            (SourcePosition(*rows[0][:4]), run_key, orjson.dumps(rows))
+            for (_, _, run_key), rows in self._groups.items()
         ]
         self._groups = {}
         self.size = 0
@@ -148,11 +172,6 @@ def new_run_state() -> dict[str, Any]:
         "updatedAt": None,
         "queries": 0,
     }
-
-
-def is_duplicate(state: Mapping[str, Any], position: SourcePosition) -> bool:
-    """True when ``position`` is at or below the run's watermark for its input partition."""
-    return _at_or_below_mark(state, position.stream, position.offset, position.seq)
 
 
 def _at_or_below_mark(state: Mapping[str, Any], stream: str, offset: int, seq: int) -> bool:
@@ -193,40 +212,44 @@ class RunBatch:
 
     def add(self, run_key: bytes, item: Contribution) -> bool:
         """Fold one scored result of the run ``run_key``; False if a duplicate."""
+        return self.add_row(run_key, item.to_wire())
+
+    def add_row(self, run_key: bytes, row: Sequence[Any]) -> bool:
+        """:meth:`add` of a contribution in its wire form, as the rollup topic carries
+        it (:func:`contribution_row`; eight items, from before the confidence was, fold
+        with None)."""
         state = self.runs.get(run_key)
         if state is None:
             state = self.load_run(run_key) or new_run_state()
             self.runs[run_key] = state
             self._rollups[run_key] = RunRollup.from_state(state["rollup"])
             self._sketches[run_key] = RiskSketch.from_state(state.get("risk"))
-        position = item.position
-        if is_duplicate(state, position):
+        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = row
+        stream = f"{topic}/{partition}"
+        if _at_or_below_mark(state, stream, offset, seq):
             self.duplicates += 1
             return False
         run_id = run_key.decode()
+        watermarks = state["watermarks"]
         if self.load_seen is not None:
-            seen_key = query_key(run_id, item.result_id)
+            seen_key = query_key(run_id, result_id)
             earlier = self.seen[seen_key] if seen_key in self.seen else self.load_seen(seen_key)
             if earlier is not None and counted_in(state, earlier):
                 # Its own redelivery must still be dropped by the watermark.
-                state["watermarks"][position.stream] = [position.offset, position.seq]
+                watermarks[stream] = [offset, seq]
                 self._changed.add(run_key)
                 self.resent += 1
                 return False
-            self.seen[seen_key] = SeenEntry(
-                position.stream, position.offset, position.seq, self.now, self.partition
-            )
-        values = item.values
-        key = query_key(run_id, item.query_id)
+            self.seen[seen_key] = SeenEntry(stream, offset, seq, self.now, self.partition)
+        key = query_key(run_id, query_id)
         tracked = self.queries[key] if key in self.queries else self.load_query(key)
         if tracked is not None or state["queries"] < self.max_queries:
             if tracked is None:
                 state["queries"] += 1
             self.queries[key] = fold_query(tracked, values)
-        rollup = self._rollups[run_key]
-        rollup.add(values, item.facets)
-        self._sketches[run_key].add(item.confidence, MetricValues(*values))
-        state["watermarks"][position.stream] = [position.offset, position.seq]
+        self._rollups[run_key].add(values, facets)
+        self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
+        watermarks[stream] = [offset, seq]
         self._changed.add(run_key)
         return True
 
