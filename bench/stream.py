@@ -63,6 +63,8 @@ from scorer.settings import Settings  # noqa: E402
 from tests.support.worker import Worker, free_port  # noqa: E402
 
 PIPELINES = ("pipe", "pipe-eos", "faust", "scorer", "scorer-eos")
+BASELINE = "scorer-base"
+"""With ``--baseline DIR``: the at-least-once scorer of another checkout, beside this one."""
 SCORERS = ("scorer", "scorer-eos")
 SAME_GUARANTEE_PIPE = {"scorer": "pipe", "scorer-eos": "pipe-eos"}
 """The bare pipe with the processing guarantee of each scorer mode."""
@@ -231,11 +233,25 @@ def faust_pipeline(
     return Pipeline("faust", "bench.forward.in", "bench.forward.out", start, lambda: _stop(process))
 
 
-def scorer_pipeline(name: str, settings: Settings, workdir: Path) -> Pipeline:
+def scorer_pipeline(
+    name: str, settings: Settings, workdir: Path, code: Path | None = None
+) -> Pipeline:
+    """``scorer worker`` with ``settings``; ``code``: a checkout whose scorer runs
+    instead of this one (``--baseline``; it comes first on the worker's PYTHONPATH)."""
     worker = Worker(settings, workdir)
 
     def start() -> int:
-        worker.start(ready_timeout=180)
+        saved = os.environ.get("PYTHONPATH")
+        if code is not None:
+            os.environ["PYTHONPATH"] = str(code)
+        try:
+            worker.start(ready_timeout=180)
+        finally:
+            if code is not None:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = saved
         assert worker.process is not None
         return worker.process.pid
 
@@ -653,6 +669,41 @@ def write_section(path: Path, heading: str, body: str) -> None:
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
+def ab_table(results: dict[str, list[Figures]], loads: dict[float, float], baseline: str) -> str:
+    """This scorer against the baseline's, repetition by repetition (they ran one after
+    the other in each), and the medians of the ratios."""
+    ours, theirs = results["scorer"], results[BASELINE]
+    lines = [
+        f"\nscorer (this checkout) against {BASELINE} ({baseline}), at-least-once:",
+        "| rep | events/s | baseline | ratio | CPU µs | baseline | ratio | "
+        + " | ".join(f"p99 @ {rate:,.0f}/s (baseline)" for rate in loads.values())
+        + " |",
+        "|---|---:|---:|---:|---:|---:|---:|" + "---|" * len(loads),
+    ]
+    rate_ratios, cpu_ratios = [], []
+    for rep, (a, b) in enumerate(zip(ours, theirs, strict=True), 1):
+        rate_ratios.append(a.rate / b.rate)
+        cpu_ratios.append(a.cpu_us / b.cpu_us)
+        cells = []
+        for load in loads:
+            x, y = a.latency.get(load), b.latency.get(load)
+            cells.append(
+                f"{'saturated' if x is None else f'{x[2]:.1f}'} "
+                f"({'saturated' if y is None else f'{y[2]:.1f}'})"
+            )
+        lines.append(
+            f"| {rep} | {a.rate:,.0f} | {b.rate:,.0f} | {rate_ratios[-1]:.2f} "
+            f"| {a.cpu_us:,.0f} | {b.cpu_us:,.0f} | {cpu_ratios[-1]:.2f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    lines.append(
+        f"median ratios: events/s {statistics.median(rate_ratios):.2f}, "
+        f"CPU per event {statistics.median(cpu_ratios):.2f}"
+    )
+    return "\n".join(lines)
+
+
 def plot(results: dict[str, list[Figures]], loads: dict[float, float], path: Path) -> None:
     import matplotlib
 
@@ -704,7 +755,17 @@ def main() -> None:
         nargs=3,
         help="offered loads in events/s (default: 25/50/75%% of pipe)",
     )
-    parser.add_argument("--only", choices=PIPELINES, action="append", help="run only these")
+    parser.add_argument(
+        "--only", choices=(*PIPELINES, BASELINE), action="append", help="run only these"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help=f"also run the scorer of the checkout DIR ({BASELINE}, at-least-once) in every "
+        "repetition, and print this scorer against it (an A/B on a noisy machine; "
+        "`git worktree add DIR COMMIT`); docs/ are left alone",
+    )
     parser.add_argument(
         "--profile", type=Path, help="py-spy each throughput run into collapsed stacks here"
     )
@@ -721,7 +782,10 @@ def main() -> None:
     events = args.events or (3_000 if args.quick else 30_000)
     reps = args.reps or (2 if args.quick else 3)
     seconds = args.seconds or (3.0 if args.quick else 8.0)
-    only = args.only or list(PIPELINES)
+    names = (*PIPELINES, BASELINE) if args.baseline else PIPELINES
+    only = args.only or list(names)
+    if args.baseline and BASELINE not in only:
+        only.append(BASELINE)
 
     payloads = Payloads.generate(args.queries, pool=5000)
     state_dir = Path(tempfile.mkdtemp(prefix="stream-bench-"))
@@ -740,6 +804,10 @@ def main() -> None:
                 processing_guarantee="exactly_once",
             ),
         }
+        if args.baseline:
+            scorers[BASELINE] = scorer_settings(
+                info.bootstrap, state_dir, BASELINE, partitions=args.partitions
+            )
         asyncio.run(
             create_topics(
                 info.bootstrap,
@@ -763,14 +831,16 @@ def main() -> None:
                 dict(item.split("=", 1) for item in args.forward_env),
             ),
             **{
-                name: scorer_pipeline(name, settings, state_dir)
+                name: scorer_pipeline(
+                    name, settings, state_dir, args.baseline if name == BASELINE else None
+                )
                 for name, settings in scorers.items()
             },
         }
         for name, settings in scorers.items():
             if name in only:
                 load_qrels_into_worker(settings, state_dir, payloads)
-        results: dict[str, list[Figures]] = {name: [] for name in PIPELINES}
+        results: dict[str, list[Figures]] = {name: [] for name in names}
         loads: dict[float, float] = dict(zip(LOADS, args.rates, strict=True)) if args.rates else {}
 
         def run(name: str, rep: int, into: dict[float, float], warm_up: bool = False) -> Figures:
@@ -786,13 +856,13 @@ def main() -> None:
         # The broker's JVM is cold at first: a pipeline measured on it ran at a
         # quarter of its later rate (the pipe: 7,621 then 30,957 and 31,543 events/s),
         # and the offered loads were set from that. One untimed throughput run each.
-        print(f"warm-up: {', '.join(n for n in PIPELINES if n in only)}")
-        for name in PIPELINES:
+        print(f"warm-up: {', '.join(n for n in names if n in only)}")
+        for name in names:
             if name in only:
                 run(name, -1, {}, warm_up=True)
         for rep in range(reps):
-            shift = rep % len(PIPELINES)
-            order = PIPELINES[shift:] + PIPELINES[:shift]
+            shift = rep % len(names)
+            order = names[shift:] + names[:shift]
             if rep == 0:
                 order = ("pipe", *(n for n in order if n != "pipe"))
             print(f"repetition {rep + 1}/{reps}: {', '.join(n for n in order if n in only)}")
@@ -801,6 +871,8 @@ def main() -> None:
                     results[name].append(run(name, rep, loads))
     finally:
         stop_broker(state_dir)
+    if args.baseline:
+        print(ab_table(results, loads, str(args.baseline)))
     if set(only) != set(PIPELINES):
         for name in only:
             print(name, [(r.rate, r.cpu_us, r.latency) for r in results[name]])

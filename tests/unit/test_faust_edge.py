@@ -702,3 +702,54 @@ def test_another_version_stops_the_worker_with_one_line_naming_both() -> None:
     assert "\n" not in message
     assert "aiokafka 0.13.0 (needs 0.14.0)" in message
     assert "faust-streaming" not in message.split("found", 1)[1]
+
+
+def test_changelog_records_are_the_bytes_faust_would_write() -> None:
+    """The batch path encodes a table's changelog keys and values without Faust's
+    layers when the serializer is plain json: the bytes must be Faust's own, for the
+    worker's tables (raw byte keys included) and the values they hold."""
+    import faust
+
+    from scorer.stream.faust_edge import ChangelogWriter
+
+    app = faust.App("edge-bytes", broker="kafka://localhost:1", store="memory://")
+    tables = {
+        "qrels": app.Table("qrels", default=None, partitions=2),
+        "rollups": app.Table("rollups", default=None, partitions=2, key_type=bytes),
+        "run_queries": app.Table("run_queries", default=None, partitions=2),
+    }
+    values = [
+        {"grades": {"d1": 3, "d\u00e9": 1}, "idcg": 7.5, "facets": {"type": "faq"}, "fp": "ab"},
+        [3.0, 0.5, 1e-17, 0.6666666666666666, 0.7, 1],
+        {"rollup": {"overall": [2, [0.1] * 5, [0.01] * 5]}, "risk": {"buckets": {-3: [1, 0, 0.5]}}},
+        [["r1", 1764000000.25, '{"queryId":"q\u2603"}', 3]],
+        [1764000000.5, 1, [["run\x1fr1", "results/0", 41, 0]]],
+        "caf\u00e9\x1fq\n",
+        None,
+        True,
+        12,
+    ]
+    keys = {
+        "qrels": ["q1", "caf\u00e9"],
+        "run_queries": ["run\x1fq1"],
+        "rollups": [b"run-\xc3\xa9"],
+    }
+    for name, table in tables.items():
+        writer = ChangelogWriter(app, table)
+        topic = table.changelog_topic
+        for key in keys[name]:
+            for value in values:
+                outputs: list = []
+                writer.set(key, value, 1, outputs)
+                faust_key = topic.prepare_key(key, key_serializer=table.key_serializer)[0]
+                assert outputs[0].key == faust_key, (name, key)
+                if value is not None:
+                    faust_value = topic.prepare_value(
+                        value, value_serializer=table.value_serializer
+                    )
+                    assert outputs[0].value == faust_value[0], (name, value)
+                assert outputs[0].partition == 1
+        _, encode_key, encode_value, _ = writer._changelog
+        # The json tables take the direct path (else this test would prove nothing).
+        assert encode_value.__name__ == "encode"
+        assert encode_key.__name__ == ("faust_path" if name == "rollups" else "encode")
