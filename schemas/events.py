@@ -63,6 +63,9 @@ class WireModel(BaseModel):
         strict=True,
         frozen=True,
         extra="ignore",
+        # Ids are mostly unique (result ids, ranked ids): caching their strings cost
+        # more than it saved (RetrievalResult: 6.0 -> 4.9 µs a result without it).
+        cache_strings=False,
     )
 
     def to_json_bytes(self) -> bytes:

@@ -107,9 +107,9 @@ def judgments_of(entry: Mapping[str, Any]) -> Judgments:
     return Judgments(grades=grades, n_relevant=len(grades), ideal_dcg=entry["idcg"])
 
 
-@dataclass(frozen=True, slots=True)
-class Scored:
-    """A scored result: its wire bytes, and what the telemetry and rollups need."""
+class Scored(NamedTuple):
+    """A scored result: its wire bytes, and what the telemetry and rollups need (a
+    tuple: one is made per result)."""
 
     payload: bytes
     values: MetricValues

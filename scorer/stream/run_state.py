@@ -38,11 +38,11 @@ from scorer.risk_sketch import RiskSketch
 from scorer.rollup import RunRollup
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class SourcePosition:
+class SourcePosition(NamedTuple):
     """Where a scored record came from: the input event that produced it, and its
     index among the records that event produced (a qrels event can release several
-    parked results)."""
+    parked results). Ordered as its fields are (one is made per scored result: a
+    tuple is cheaper to make than a frozen dataclass)."""
 
     topic: str
     partition: int
