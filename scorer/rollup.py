@@ -169,7 +169,9 @@ class RunRollup:
         counted: dict[str, str] = {}
         if facets:
             for facet, value in facets.items():
-                by_value = self.facets.setdefault(facet, {})
+                by_value = self.facets.get(facet)
+                if by_value is None:
+                    by_value = self.facets[facet] = {}
                 aggregate = by_value.get(value)
                 if aggregate is None:
                     if len(by_value) >= MAX_FACET_VALUES_PER_RUN:

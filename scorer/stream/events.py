@@ -120,12 +120,13 @@ def score_result(
     result: RetrievalResult,
     entry: Mapping[str, Any],
     default_k: int,
-    now: datetime | None = None,
+    now: datetime | str | None = None,
 ) -> Scored:
     """Score ``result`` against its query's table entry into a ScoredResult.
 
     Facets of the golden set are overridden by those of the result; ``k`` is the
-    result's own, else ``default_k``.
+    result's own, else ``default_k``. ``now``: when it was scored (now if None),
+    or that time already in ISO 8601 (a batch is scored at one time).
     """
     k = result.k or default_k
     values = score(result.ranked, judgments_of(entry), k)
@@ -139,7 +140,7 @@ def score_result(
         "retrievalMetrics": values.as_wire(),
         "qrelsFingerprint": entry["fingerprint"],
         "scorerVersion": __version__,
-        "scoredAt": (now or datetime.now(UTC)).isoformat(),
+        "scoredAt": now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),
     }
     if result.timestamp is not None:
         document["timestamp"] = result.timestamp.isoformat()

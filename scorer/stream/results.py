@@ -29,12 +29,12 @@ def scored_output(
     entry: dict[str, Any],
     started: float,
     position: run_state.SourcePosition,
-    scored_at: datetime | None = None,
+    scored_at: str | None = None,
     counted: bool = True,
 ) -> Output:
     """Score ``result`` against its qrels entry: its scored record, with the run
     rollup contribution queued and the telemetry observed. ``scored_at``: its
-    ``scoredAt`` (now if None; a batch is scored at one time); ``counted``: False
+    ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``: False
     when the caller counts the scored results itself (a batch, at once)."""
     scored = events.score_result(result, entry, parts.settings.default_retrieval_k, scored_at)
     confidence = result.top_confidence()
@@ -114,7 +114,7 @@ class ResultBatches:
         qrels = self.qrels
         started = time.perf_counter()
         now = time.time()
-        scored_at = datetime.fromtimestamp(now, UTC)
+        scored_at = datetime.fromtimestamp(now, UTC).isoformat()
         scored = 0
         outputs: list[Output] = []
         parked: dict[str, list[events.ParkedItem]] = {}

@@ -381,10 +381,10 @@ def fold_query(entry: list[float] | None, values: list[float]) -> list[float]:
     """Per-query state ``[count, sum of each metric...]`` with one more result."""
     if entry is None:
         return [1.0, *values]
-    return [
-        entry[0] + 1.0,
-        *(total + value for total, value in zip(entry[1:], values, strict=True)),
-    ]
+    # Written out for the five metrics (a generator here was a quarter of a fold's time).
+    count, s0, s1, s2, s3, s4 = entry
+    v0, v1, v2, v3, v4 = values
+    return [count + 1.0, s0 + v0, s1 + v1, s2 + v2, s3 + v3, s4 + v4]
 
 
 def query_means(entry: list[float]) -> list[float]:

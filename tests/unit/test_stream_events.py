@@ -165,3 +165,14 @@ def test_a_redelivered_result_is_not_parked_twice():
     again = events.park(first.parked, b"{}", "r1", now=1.0, max_per_query=5, partition=0)
     assert again.parked == first.parked
     assert (again.evicted, again.added) == ([], False)
+
+
+def test_scored_at_is_the_time_given_as_a_datetime_or_as_its_iso_text():
+    from datetime import UTC, datetime
+
+    entry = events.golden_entry(GOLDEN)
+    at = datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
+    from_datetime = orjson.loads(events.score_result(result(), entry, 10, at).payload)
+    from_text = orjson.loads(events.score_result(result(), entry, 10, at.isoformat()).payload)
+    assert from_datetime["scoredAt"] == from_text["scoredAt"] == "2026-03-04T05:06:07.890000+00:00"
+    assert from_datetime == from_text
