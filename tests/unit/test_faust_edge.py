@@ -753,3 +753,32 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
         # The json tables take the direct path (else this test would prove nothing).
         assert encode_value.__name__ == "encode"
         assert encode_key.__name__ == ("faust_path" if name == "rollups" else "encode")
+
+
+def test_deliveries_report_the_first_failure_and_keep_only_what_is_in_flight() -> None:
+    from scorer.stream.faust_edge.consumer import Deliveries
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        deliveries = Deliveries()
+        deliveries._prune_at = 4
+        futures = [loop.create_future() for _ in range(6)]
+        for future in futures[:3]:
+            deliveries.watch(future)
+        futures[0].set_result("ok")
+        futures[1].set_result("ok")
+        assert deliveries.error is None
+        deliveries.watch(futures[3])  # the list pruned: the two delivered are dropped
+        assert deliveries._pending == [futures[2], futures[3]]
+        failure = RuntimeError("broker said no")
+        futures[3].set_exception(failure)
+        futures[2].set_exception(ValueError("later"))
+        deliveries.watch(futures[4])
+        # Both failed by the time it looked: the first in sending order is reported.
+        first = deliveries.error
+        assert isinstance(first, ValueError) and first is not failure
+        futures[4].cancel()
+        assert deliveries.error is first  # the first failure seen is kept
+        assert deliveries._pending == []
+
+    asyncio.run(scenario())

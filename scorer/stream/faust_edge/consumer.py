@@ -115,21 +115,47 @@ class BatchGate(Protocol):
 class Deliveries:
     """The outcome of every record the worker sends (batch outputs and agent outputs,
     under either guarantee): a record the producer gave up on is logged and kept, and
-    no commit happens after it (``GuardedConsumer.undelivered_stops_commit``)."""
+    no commit happens after it (``GuardedConsumer.undelivered_stops_commit``).
+
+    The delivery futures are kept and looked at when :attr:`error` is read (before
+    every commit, once the producer has flushed) rather than each given a done
+    callback: a callback is one more handle scheduled and run on the event loop per
+    record sent, two per scored result. Done futures are also dropped whenever the
+    list has doubled, so it stays about as long as what is in flight."""
+
+    PRUNE_AT = 10_000
 
     def __init__(self) -> None:
-        self.error: BaseException | None = None
+        self._error: BaseException | None = None
+        self._pending: list[Any] = []
+        self._prune_at = self.PRUNE_AT
 
     def watch(self, future: Any) -> None:
         """Watch the delivery future of one record."""
-        future.add_done_callback(self._done)
+        pending = self._pending
+        pending.append(future)
+        if len(pending) >= self._prune_at:
+            self._check()
+            self._prune_at = max(self.PRUNE_AT, 2 * len(self._pending))
 
-    def _done(self, future: Any) -> None:
-        if not future.cancelled() and future.exception() is None:
-            return
-        error = future.exception() if not future.cancelled() else asyncio.CancelledError()
-        logger.error("A record was not delivered: %r", error)
-        self.error = error
+    @property
+    def error(self) -> BaseException | None:
+        """The first delivery failure seen so far (None: every finished record was
+        delivered)."""
+        self._check()
+        return self._error
+
+    def _check(self) -> None:
+        in_flight = []
+        for future in self._pending:
+            if not future.done():
+                in_flight.append(future)
+            elif future.cancelled() or future.exception() is not None:
+                error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+                logger.error("A record was not delivered: %r", error)
+                if self._error is None:
+                    self._error = error
+        self._pending = in_flight
 
 
 class OpenGate:
