@@ -1,0 +1,121 @@
+"""The worker's pure per-result stages, timed without a broker: decode, score,
+telemetry, rollup contribution, fold.
+
+What ``bench/stream.py`` cannot show: which part of a result's pure-Python work
+costs what. The payloads are the streaming benchmark's. Each stage runs over
+the same 3,000 results ``--passes`` times; the minimum pass is reported (on a
+shared machine the minimum is the least disturbed), in µs per result.
+
+    .venv/bin/python bench/stream_stages.py
+    .venv/bin/python bench/stream_stages.py --code DIR   # another checkout's stages
+
+``--code`` puts DIR first on the path (a ``git worktree add DIR COMMIT``), so two
+versions can be compared back to back; run each a few times, alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--code", type=Path, help="time this checkout's stages instead")
+    parser.add_argument("--results", type=int, default=3000)
+    parser.add_argument("--passes", type=int, default=15)
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.code or ROOT))
+    sys.path.insert(1, str(ROOT))  # the payloads of bench/stream.py
+
+    import orjson
+
+    from bench.stream import Payloads
+    from scorer.stream import events, run_state
+    from scorer.stream.telemetry import Telemetry
+
+    payloads = Payloads.generate(5000, args.results)
+    table = {}
+    for raw in payloads.golden:
+        golden = events.decode_golden(raw)
+        table[golden.query_id] = orjson.loads(orjson.dumps(events.golden_entry(golden)))
+    records = [payloads.result(f"r{i}", i) for i in range(args.results)]
+    telemetry = Telemetry(["type", "popularity", "dynamism", "region"], 50)
+    # Older checkouts: the stages by the names they had then.
+    observe = getattr(telemetry, "observe_metrics", telemetry.observe_scored)
+    state: dict = {}
+
+    def decode() -> list:
+        return [events.decode_keyed(events.decode_result, k, v) for k, v in records]
+
+    results = decode()
+
+    def score() -> list:
+        return [events.score_result(r, table[r.query_id], 10) for r in results]
+
+    scored = score()
+
+    def observe_all() -> None:
+        for result, one in zip(results, scored, strict=True):
+            observe(one.values, one.facets, result.top_confidence())
+
+    def contribute() -> list:
+        pending = run_state.PendingRollups()
+        for i, (r, one) in enumerate(zip(results, scored, strict=True)):
+            if hasattr(pending, "add_row"):
+                row = run_state.contribution_row(
+                    "results", i % 4, i, 0, r.result_id, r.query_id,
+                    list(one.values), one.facets, r.top_confidence(),
+                )  # fmt: skip
+                pending.add_row(r.run_id.encode(), row, 0.0)
+            else:
+                position = run_state.SourcePosition("results", i % 4, i)
+                item = run_state.Contribution(
+                    position, r.result_id, r.query_id, list(one.values), one.facets,
+                    r.top_confidence(),
+                )  # fmt: skip
+                pending.add(r.run_id.encode(), item, 0.0)
+        return pending.drain()
+
+    drained = contribute()
+
+    def fold() -> None:
+        seen = run_state.SeenIndex()
+        batch = run_state.RunBatch(state.get, {}.get, 10_000, seen.get, partition=0, now=1.0)
+        for _, key, value in drained:
+            if hasattr(batch, "add_row"):
+                for row in orjson.loads(value):
+                    batch.add_row(key, row)
+            else:
+                for item in run_state.decode_contributions(value):
+                    batch.add(key, item)
+        batch.finish("2026-01-01T00:00:00+00:00")
+
+    stages: list[tuple[str, Callable[[], object]]] = [
+        ("decode (validate, key check)", decode),
+        ("score (metrics, scored payload)", score),
+        ("telemetry (histograms, confidence)", observe_all),
+        ("rollup contribution (queue, drain)", contribute),
+        ("fold (run state, per-query, seen ids)", fold),
+    ]
+    print(f"code: {args.code or ROOT}; {args.results:,} results, best of {args.passes} passes")
+    print("| stage | µs per result |\n|---|---:|")
+    total = 0.0
+    for name, stage in stages:
+        best = float("inf")
+        for _ in range(args.passes):
+            started = time.perf_counter()
+            stage()
+            best = min(best, time.perf_counter() - started)
+        total += best
+        print(f"| {name} | {best / args.results * 1e6:.2f} |")
+    print(f"| all five | {total / args.results * 1e6:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
