@@ -32,6 +32,8 @@ Medians over the repetitions go to a table (printed, and written under
 
     .venv/bin/python bench/stream.py            # ~15 minutes
     .venv/bin/python bench/stream.py --quick    # ~5 minutes
+    .venv/bin/python bench/stream.py --only pipe --only scorer --baseline DIR
+        # this scorer and the one of checkout DIR in every repetition (an A/B)
 """
 
 from __future__ import annotations
