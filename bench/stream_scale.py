@@ -4,9 +4,9 @@ A local broker is started here; the golden set is loaded into the workers'
 qrels table once. Per repetition (the order alternates), N results are
 preloaded into the results topic and either one worker or two workers of the
 same group score them: the rate is N over the span of the output records'
-timestamps, the CPU per event is the workers' CPU time summed (from the first
-output on) over the events. Medians go to a table, printed and written under
-"Streaming: one worker or two" in docs/benchmarks.md.
+timestamps, the CPU per event is the workers' CPU time summed (from each one's
+ready on, until all are idle again) over the events. Medians go to a table,
+printed and written under "Streaming: one worker or two" in docs/benchmarks.md.
 
     .venv/bin/python bench/stream_scale.py             # 3 reps of 20,000
     .venv/bin/python bench/stream_scale.py --events 40000 --reps 5
@@ -36,6 +36,7 @@ from stream import (  # noqa: E402
     load_qrels_into_worker,
     preload,
     scorer_settings,
+    settle,
     write_section,
 )
 
@@ -69,16 +70,29 @@ async def one_rep(
         # backlog from the start (one started after the other would find it half done).
         starting = [Worker(settings, workdir) for _ in range(workers)]
         running.extend(starting)
-        await asyncio.gather(*(asyncio.to_thread(worker.start, 180) for worker in starting))
-        before = await outputs.wait_for_first(ids, timeout=180)
-        cpu_before = sum(cpu_seconds(w.process.pid) for w in running if w.process)
+
+        def start(worker: Worker) -> float:
+            """Start ``worker``; its CPU time once it is ready (recovery is not scoring)."""
+            worker.start(180)
+            assert worker.process is not None
+            return cpu_seconds(worker.process.pid)
+
+        # CPU from each worker's ready on, until all are idle again: a fast worker
+        # can score the whole backlog before its peer is ready, so a window opened at
+        # the first output (as before 2026-12-02) missed the work (0 µs per event).
+        cpu_before = sum(
+            await asyncio.gather(*(asyncio.to_thread(start, worker) for worker in starting))
+        )
         received = await outputs.wait_for(ids, timeout=120 + events / 100)
+        for worker in running:
+            assert worker.process is not None
+            await settle(worker.process.pid)
         cpu_after = sum(cpu_seconds(w.process.pid) for w in running if w.process)
         stamps = [outputs.seen[i][1] for i in ids if i in outputs.seen]
         if received < len(ids):
             raise RuntimeError(f"{workers} worker(s) scored {received}/{len(ids)}")
         rate = (len(stamps) - 1) / max(1e-3, max(stamps) - min(stamps))
-        cpu_us = (cpu_after - cpu_before) / max(1, received - before) * 1e6
+        cpu_us = (cpu_after - cpu_before) / received * 1e6
         print(f"  {workers} worker(s): {rate:,.0f} events/s, {cpu_us:,.0f} µs CPU/event")
         return rate, cpu_us
     finally:
