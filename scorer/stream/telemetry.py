@@ -101,7 +101,8 @@ class FacetLabels:
 class MetricHistograms:
     """The per-result metric histograms (``scorer_retrieval_<metric>``, labels
     ``facet`` and ``value``), counted in plain lists and exposed as Prometheus
-    histograms when scraped.
+    histograms when scraped; :meth:`Telemetry.observe_metrics` updates the lists
+    :meth:`series` hands out.
 
     A result is observed under four label pairs or so, five metrics each;
     prometheus_client's ``Histogram`` takes a lock for each bucket and sum
@@ -111,7 +112,6 @@ class MetricHistograms:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._bounds = METRIC_BUCKETS
         self._les = [floatToGoString(bound) for bound in METRIC_BUCKETS] + ["+Inf"]
         # (facet, value) -> per metric: bucket counts (the last for +Inf), then the sum.
         self._series: dict[tuple[str, str], list[list[float]]] = {}
@@ -124,15 +124,6 @@ class MetricHistograms:
         if series is None:
             series = self._series[pair] = [[0.0] * (len(self._les) + 1) for _ in METRIC_SERIES]
         return series
-
-    def observe(self, pairs: Iterable[tuple[str, str]], values: MetricValues) -> None:
-        """One result's metric ``values`` under each of its label ``pairs``."""
-        bounds = self._bounds
-        buckets = [bisect_left(bounds, value) for value in values]
-        for pair in pairs:
-            for counts, bucket, value in zip(self.series(pair), buckets, values, strict=True):
-                counts[bucket] += 1
-                counts[-1] += value
 
     def describe(self) -> list[HistogramMetricFamily]:
         return [self._family(i) for i in range(len(METRIC_SERIES))]
@@ -203,21 +194,6 @@ class ConfidenceCounters:
         # (facet, value) -> per quantity, the sum in each bucket.
         self._series: dict[tuple[str, str], list[list[float]]] = {}
         registry.register(self)
-
-    def observe(
-        self, pairs: Iterable[tuple[str, str]], confidence: float | None, values: MetricValues
-    ) -> None:
-        """One result's losses in its confidence bucket, under each of its label ``pairs``
-        (a result without a confidence only makes its pairs' series exist)."""
-        if confidence is not None:
-            bucket = self.bucket(confidence)
-            miss, ndcg_loss = losses_of(values)
-        for pair in pairs:
-            series = self.series(pair)
-            if confidence is not None:
-                series[0][bucket] += 1
-                series[1][bucket] += miss
-                series[2][bucket] += ndcg_loss
 
     def series(self, pair: tuple[str, str]) -> list[list[float]]:
         """The sums of label ``pair``: per quantity, one per bucket (created at 0)."""

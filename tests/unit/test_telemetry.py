@@ -30,38 +30,63 @@ def test_histogram_sums_and_counts_equal_the_observed_metrics():
     assert telemetry.sample("scorer_results_total", {"outcome": "scored"}) == 2
 
 
-def test_metric_histograms_expose_what_prometheus_client_histograms_would():
-    """Same exposition text as prometheus_client's own Histogram for the same
-    observations (random values, the bucket edges and out-of-range values)."""
-    import random
+def retrieval_lines(registry) -> list[str]:
+    """The exposition lines of the ``scorer_retrieval_*`` histograms in ``registry``."""
+    from prometheus_client import generate_latest
 
-    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+    return [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith(
+            ("scorer_retrieval_", "# HELP scorer_retrieval_", "# TYPE scorer_retrieval_")
+        )
+    ]
 
-    from scorer.stream.telemetry import METRIC_BUCKETS, METRIC_SERIES, MetricHistograms
 
-    ours_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
-    ours = MetricHistograms(ours_registry)
-    reference = [
+def reference_histograms(registry):
+    """prometheus_client's own histograms of the five metrics, by facet and value."""
+    from prometheus_client import Histogram
+
+    from scorer.stream.telemetry import METRIC_BUCKETS, METRIC_SERIES
+
+    return [
         Histogram(
             f"scorer_retrieval_{name}",
             f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
             ("facet", "value"),
             buckets=METRIC_BUCKETS,
-            registry=reference_registry,
+            registry=registry,
         )
         for name in METRIC_SERIES
     ]
+
+
+def test_metric_histograms_expose_what_prometheus_client_histograms_would():
+    """Same exposition text as prometheus_client's own Histogram for the same
+    observations under each label pair (random values, the bucket edges and
+    out-of-range values)."""
+    import random
+
+    from prometheus_client import CollectorRegistry
+
+    from scorer.stream.telemetry import METRIC_BUCKETS
+
+    telemetry = Telemetry(["type"], 10)
+    reference_registry = CollectorRegistry()
+    reference = reference_histograms(reference_registry)
     rng = random.Random(7)
     pool = [*METRIC_BUCKETS, 1.5, -0.0, 0.05, 0.999999]
-    pairs = [("all", "all"), ("type", "faq"), ("type", "other")]
     for _ in range(500):
-        values = [rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in METRIC_SERIES]
-        chosen = rng.sample(pairs, rng.randint(1, 3))
-        ours.observe(chosen, values)
-        for pair in chosen:
+        values = MetricValues(
+            *(rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in range(5))
+        )
+        facets = {"type": rng.choice(["faq", "howto"])} if rng.random() < 0.7 else {}
+        telemetry.observe_metrics(values, facets)
+        pairs = [("all", "all"), *(("type", value) for value in facets.values())]
+        for pair in pairs:
             for histogram, value in zip(reference, values, strict=True):
                 histogram.labels(*pair).observe(value)
-    assert generate_latest(ours_registry) == generate_latest(reference_registry)
+    assert retrieval_lines(telemetry.registry) == retrieval_lines(reference_registry)
 
 
 def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
@@ -99,14 +124,19 @@ def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
 def test_cached_series_observe_what_the_label_pairs_say():
     """The batch path's straight-line observation (series resolved once per facets
     mapping, the cache starting afresh when full) exposes exactly what observing
-    each result under its label pairs does: capped facets, ``other`` and all."""
+    each result under its label pairs does: capped facets, ``other`` and all.
+    References: prometheus_client's histograms, and the confidence sums added up
+    here."""
     import random
+    from bisect import bisect_left
+    from collections import defaultdict
 
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
 
-    from scorer.stream.telemetry import ConfidenceCounters, MetricHistograms, SeriesCache
+    from scorer.stream.telemetry import SeriesCache
 
-    telemetry = Telemetry(["type", "region"], 3, confidence_edges=(0.25, 0.5, 1.0))
+    edges = (0.25, 0.5, 1.0)
+    telemetry = Telemetry(["type", "region"], 3, confidence_edges=edges)
     telemetry._series_cache = SeriesCache(
         telemetry.facet_labels,
         telemetry.metric_histograms,
@@ -114,9 +144,11 @@ def test_cached_series_observe_what_the_label_pairs_say():
         limit=4,
     )
     reference_registry = CollectorRegistry()
+    reference = reference_histograms(reference_registry)
     reference_labels = FacetLabels(["type", "region"], 3)
-    histograms = MetricHistograms(reference_registry)
-    counters = ConfidenceCounters(reference_registry, (0.25, 0.5, 1.0))
+    # (facet, value, bucket) -> [results, misses, ndcgLoss]
+    sums: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    pairs_seen: set[tuple[str, str]] = set()
     rng = random.Random(3)
     for _ in range(400):
         facets = {"type": rng.choice("abcdef"), "secret": rng.choice("xy")}
@@ -129,19 +161,31 @@ def test_cached_series_observe_what_the_label_pairs_say():
         )
         confidence = None if rng.random() < 0.2 else rng.uniform(-1.0, 2.0)
         telemetry.observe_metrics(values, facets, confidence)
-        pairs = reference_labels.label_pairs(facets)
-        histograms.observe(pairs, values)
-        counters.observe(pairs, confidence, values)
-    ours = generate_latest(telemetry.registry).decode().splitlines()
-    reference = generate_latest(reference_registry).decode().splitlines()
-    ours_samples = [
-        line for line in ours if line.startswith(("scorer_retrieval_", "scorer_confidence_"))
-    ]
-    reference_samples = [
-        line for line in reference if line.startswith(("scorer_retrieval_", "scorer_confidence_"))
-    ]
-    assert ours_samples == reference_samples
-    assert any('value="other"' in line for line in ours_samples)
+        for pair in reference_labels.label_pairs(facets):
+            pairs_seen.add(pair)
+            for histogram, value in zip(reference, values, strict=True):
+                histogram.labels(*pair).observe(value)
+            if confidence is not None:
+                held = sums[(*pair, bisect_left(edges, confidence))]
+                held[0] += 1
+                held[1] += 1 - values.hit_at_k
+                held[2] += 1.0 - values.ndcg_at_10
+    assert retrieval_lines(telemetry.registry) == retrieval_lines(reference_registry)
+    assert ("type", "other") in pairs_seen and ("region", "other") in pairs_seen
+    labels_of = {0: "0.25", 1: "0.5", 2: "1.0", 3: "+Inf"}
+    exposed_pairs = {
+        (sample.labels["facet"], sample.labels["value"])
+        for family in telemetry.registry.collect()
+        if family.name == "scorer_confidence_results"
+        for sample in family.samples
+    }
+    assert exposed_pairs == pairs_seen
+    for facet, value in pairs_seen:
+        for bucket, label in labels_of.items():
+            where = {"facet": facet, "value": value, "bucket": label}
+            expected = sums.get((facet, value, bucket), [0.0, 0.0, 0.0])
+            for name, want in zip(("results", "miss", "ndcg_loss"), expected, strict=True):
+                assert telemetry.sample(f"scorer_confidence_{name}_total", where) == want
 
 
 def test_plain_histogram_exposes_what_a_prometheus_client_histogram_would():
