@@ -152,6 +152,14 @@ class Settings(BaseSettings):
         description="How long the broker may hold a fetch for data. Faust hardcodes 1500 ms, "
         "which stalls busy partitions behind fetches of idle ones (docs/benchmarks.md).",
     )
+    batch_max_records: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="The most results handed to scoring at once: a larger fetched batch is "
+        "scored in parts, taken in turn across partitions, each part's scored events sent "
+        "before the next is scored (latency under load; docs/benchmarks.md).",
+    )
     producer_linger_seconds: float = Field(
         0.0,
         ge=0,

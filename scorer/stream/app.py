@@ -100,6 +100,7 @@ def create_app(settings: Settings) -> Scorer:
         "retrieval_scorer",
         settings.stop_timeout_seconds,
         settings.caught_up_commit_seconds,
+        settings.batch_max_records,
     )
 
     parts = StreamParts(

@@ -23,6 +23,7 @@ from scorer.stream.faust_edge.consumer import (
     OpenGate,
     Output,
     fetch_batches,
+    split_batch,
 )
 from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
 from scorer.stream.faust_edge.transactions import Transactions
@@ -505,6 +506,56 @@ def test_under_exactly_once_outputs_join_the_partitions_transaction_once() -> No
     assert seen == [[0, 1, 2, 3], [4, 5]]
     assert {txn for *_, txn in consumer.app.producer.sent} == {"app-1-1"}
     assert gate.last == {RESULTS[1]: 5}
+
+
+def test_a_batch_split_in_parts_covers_its_range_with_parts_that_touch() -> None:
+    # Records 0-4, a transaction marker at 5: the last part's range keeps it.
+    parts = split_batch(batch(0, 4, end=6), 2)
+    assert [[r.offset for r in part.records] for part in parts] == [[0, 1], [2, 3], [4]]
+    assert [(part.start, part.end) for part in parts] == [(0, 2), (2, 4), (4, 6)]
+    whole = batch(0, 4, end=6)
+    assert split_batch(whole, 5) == [whole]
+
+
+def test_a_large_batch_is_scored_in_parts_in_turn_across_partitions_each_sent_first() -> None:
+    consumer, seen = batch_consumer()
+    consumer.batch_max_records = 2  # type: ignore[misc]
+    sent_before: list[int] = []
+    handler = consumer.batch_handlers["results"]
+
+    def counting(tp: Any, records: list[Any]) -> list[Output]:
+        sent_before.append(len(consumer.app.producer.sent))
+        return handler(tp, records)
+
+    consumer.batch_handlers = {"results": counting}  # type: ignore[misc]
+    for tp in RESULTS:
+        consumer.ledger.started(tp, 0)
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 4, end=6), RESULTS[1]: batch(0, 2)}))
+    assert seen == [[0, 1], [0, 1], [2, 3], [2], [4]]
+    assert sent_before == [0, 2, 4, 6, 7]
+    assert consumer._acked[RESULTS[0]] == [0, 1, 2, 3, 4, 5]
+    assert consumer._acked[RESULTS[1]] == [0, 1, 2]
+    assert consumer.ledger.partitions[RESULTS[0]].accounted == 6
+    assert consumer.ledger.partitions[RESULTS[1]].accounted == 3
+    assert consumer._thread.sought == {}
+
+
+def test_once_a_part_is_not_handed_over_the_rest_of_its_partition_is_sought_back() -> None:
+    consumer, seen = batch_consumer()
+    consumer.batch_max_records = 2  # type: ignore[misc]
+    consumer.ledger.started(RESULTS[0], 0)
+    send = consumer.app.producer.send
+
+    async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
+        consumer.app.consumer_generation_id = 2  # a rebalance began meanwhile
+        return await send(*args, **kwargs)
+
+    consumer.app.producer.send = send_then_rebalance
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 5)}))
+    assert seen == [[0, 1]]
+    assert not consumer._acked[RESULTS[0]]
+    assert consumer._thread.sought == {RESULTS[0]: 0}
+    assert consumer.ledger.holes == 0
 
 
 # ---------------------------------------------------------------- pinned versions

@@ -94,13 +94,15 @@ def install(
     metrics_prefix: str,
     stop_timeout_seconds: float,
     caught_up_commit_seconds: float = 0.0,
+    batch_max_records: int | None = None,
 ) -> Edge:
     """Make ``app``'s consumer the guarded one (before anything creates it), its monitor
     the cached Prometheus one (Faust's series under ``metrics_prefix`` and the input
     ledger's go to ``registry``), and its stop a graceful one, bounded by
     ``stop_timeout_seconds``. Under exactly_once a worker that has caught up commits
     its batches at once, at most every ``caught_up_commit_seconds`` (0: only on
-    Faust's timer)."""
+    Faust's timer). A routed topic's fetched batches are handed over in parts of at
+    most ``batch_max_records`` (None: whole), but the background topics'."""
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
     install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
@@ -116,6 +118,7 @@ def install(
             "batch_handlers": {},
             "background_topics": set(),
             "before_commit": [],
+            "batch_max_records": batch_max_records,
         },
     )
     app.transport.Consumer = consumer_class

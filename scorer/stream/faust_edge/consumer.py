@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -65,6 +66,41 @@ class FetchedBatch(NamedTuple):
     records: list[Any]
     start: int
     end: int
+
+
+def split_batch(batch: FetchedBatch, size: int) -> list[FetchedBatch]:
+    """``batch`` as consecutive batches of at most ``size`` records that touch: the
+    first starts where ``batch`` starts, each ends where the next one's first record
+    is, and the last ends where ``batch`` ends (markers and skipped records stay
+    inside the range of the record after them)."""
+    records = batch.records
+    if len(records) <= size:
+        return [batch]
+    parts = []
+    start = batch.start
+    for first in range(0, len(records), size):
+        chunk = records[first : first + size]
+        end = records[first + size].offset if first + size < len(records) else batch.end
+        parts.append(FetchedBatch(chunk, start, end))
+        start = end
+    return parts
+
+
+def delivery_order(
+    batches: Mapping[TP, FetchedBatch], size: int | None, background: set[str]
+) -> list[tuple[TP, FetchedBatch]]:
+    """The order in which a fetch's batches are handed over: the batches of the
+    foreground topics split into parts of at most ``size`` records (None: whole) and
+    taken round robin across partitions, so that no partition's records wait for a
+    whole batch of another; then the background topics' batches, whole."""
+    foreground = [(tp, b) for tp, b in batches.items() if tp.topic not in background]
+    queues = [
+        [(tp, part) for part in (split_batch(batch, size) if size else [batch])]
+        for tp, batch in foreground
+    ]
+    ordered = [item for turn in itertools.zip_longest(*queues) for item in turn if item]
+    ordered.extend((tp, b) for tp, b in batches.items() if tp.topic in background)
+    return ordered
 
 
 class Output(NamedTuple):
@@ -319,6 +355,9 @@ class GuardedConsumer(AIOKafkaConsumer):
     """Set per app by ``faust_edge.install`` (one consumer per worker process)."""
     batch_handlers: ClassVar[dict[str, BatchHandler]] = {}
     """Topic name -> the handler of its fetched batches (``faust_edge.Edge.route``)."""
+    batch_max_records: ClassVar[int | None] = None
+    """Set per app by ``faust_edge.install``: the most records of a foreground topic
+    handed to its handler at once (None: a fetched batch whole)."""
     background_topics: ClassVar[set[str]] = set()
     """Batch topics whose outputs no reader waits for (``Edge.route(background=True)``):
     handed over after the others in each pass, and left out of :meth:`_caught_up`."""
@@ -489,15 +528,20 @@ class GuardedConsumer(AIOKafkaConsumer):
             unset_flag(CONSUMER_FETCHING)
 
     async def _deliver_all(self, batches: Mapping[TP, FetchedBatch]) -> None:
-        """Hand each partition's batch over, in turn, the background topics' last (a
-        rollup fold takes milliseconds a partition: the results fetched with it go
-        first); seek back what was not handed."""
+        """Hand the batches over in :func:`delivery_order` (a rollup fold takes
+        milliseconds a partition: the results fetched with it go first), yielding to
+        the event loop after each so that the producer sends what it produced while
+        the next one is handled; seek back what was not handed. Once a part of a
+        partition is not handed over, its later parts are not either."""
         app = self.app
         generation_id = app.consumer_generation_id
         refetch: dict[TP, int] = {}
-        background = self.background_topics
-        ordered = sorted(batches.items(), key=lambda item: item[0].topic in background)
-        for tp, batch in ordered:
+        ordered = delivery_order(batches, self.batch_max_records, self.background_topics)
+        for n, (tp, batch) in enumerate(ordered):
+            if tp in refetch:
+                continue
+            if n:
+                await asyncio.sleep(0)
             active = self._active_partitions
             if (
                 not self.flow_active
