@@ -240,7 +240,7 @@ def scorer_pipeline(
 ) -> Pipeline:
     """``scorer worker`` with ``settings``; ``code``: a checkout whose scorer runs
     instead of this one (``--baseline``; it comes first on the worker's PYTHONPATH)."""
-    worker = Worker(settings, workdir)
+    worker = Worker(settings, workdir, defaults=code is None)
 
     def start() -> int:
         saved = os.environ.get("PYTHONPATH")

@@ -31,10 +31,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def worker_env(settings: Settings) -> dict[str, str]:
-    """The environment that makes a ``scorer`` process read ``settings``."""
+def worker_env(settings: Settings, defaults: bool = True) -> dict[str, str]:
+    """The environment that makes a ``scorer`` process read ``settings``; without
+    ``defaults``, only the settings that differ from their defaults (for another
+    checkout's scorer, which refuses a setting it predates)."""
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    for name, value in settings.model_dump().items():
+    for name, value in settings.model_dump(exclude_defaults=not defaults).items():
         if name == "kafka_bootstrap_servers" or value is None:
             continue
         if isinstance(value, SecretStr):
@@ -53,6 +55,8 @@ class Worker:
     workdir: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    defaults: bool = True
+    """Whether settings at their defaults are passed too (``worker_env``)."""
 
     @property
     def url(self) -> str:
@@ -69,7 +73,7 @@ class Worker:
 
     def launch(self, *args: str) -> Worker:
         """Start the process (``args`` added to ``scorer worker``) without waiting for it."""
-        env = worker_env(self.settings)
+        env = worker_env(self.settings, self.defaults)
         env["SCORER_WEB_PORT"] = str(self.port)
         env["SCORER_DATADIR"] = str(self.workdir / f"data-{self.port}")
         with self.log.open("ab") as log:

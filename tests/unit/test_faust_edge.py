@@ -325,16 +325,34 @@ def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int |
 # ---------------------------------------------------------------- the batch path
 
 
+class StandInClient:
+    """aiokafka's producer under Faust's: at-least-once sends go straight to it."""
+
+    def __init__(self, producer: StandInProducer) -> None:
+        self.producer = producer
+
+    async def send(self, topic, value=None, key=None, partition=None, headers=None):
+        return self.producer.record(topic, value, partition, "aiokafka")
+
+
 class StandInProducer:
-    """Faust's producer: records what is sent and hands back a future per record
-    (failed with ``fail`` for the values in ``failing``)."""
+    """Faust's producer: records what is sent (with the transactional id, or
+    "aiokafka" for a send made to its aiokafka producer) and hands back a future per
+    record (failed with ``fail`` for the values in ``failing``)."""
 
     def __init__(self, failing: set[bytes] | None = None) -> None:
         self.sent: list[tuple[str, bytes | None, int | None, str | None]] = []
         self.futures: list[asyncio.Future] = []
         self.failing = failing or set()
+        self.client = StandInClient(self)
+
+    def _ensure_producer(self) -> StandInClient:
+        return self.client
 
     async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
+        return self.record(topic, value, partition, transactional_id)
+
+    def record(self, topic, value, partition, transactional_id):
         self.sent.append((topic, value, partition, transactional_id))
         future = asyncio.get_running_loop().create_future()
         if value in self.failing:
@@ -404,7 +422,7 @@ def test_an_output_goes_to_the_transaction_of_the_input_that_produced_it() -> No
     ]
     at_least_once, _ = batch_consumer()
     asyncio.run(at_least_once.send_outputs(RESULTS[1], outputs))
-    assert [sent[3] for sent in at_least_once.app.producer.sent] == [None, None]
+    assert [sent[3] for sent in at_least_once.app.producer.sent] == ["aiokafka", "aiokafka"]
 
 
 def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> None:
@@ -440,13 +458,13 @@ def test_a_batch_whose_generation_ended_while_sending_is_not_booked() -> None:
     # already and the partition may be gone; processed again (duplicates) instead.
     consumer, seen = batch_consumer()
     consumer.ledger.started(RESULTS[0], 0)
-    send = consumer.app.producer.send
+    send = consumer.app.producer.client.send
 
     async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
         consumer.app.consumer_generation_id = 2  # a rebalance began meanwhile
         return await send(*args, **kwargs)
 
-    consumer.app.producer.send = send_then_rebalance
+    consumer.app.producer.client.send = send_then_rebalance
     asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 2)}))
     assert seen == [[0, 1, 2]]
     assert not consumer._acked[RESULTS[0]]
@@ -544,13 +562,13 @@ def test_once_a_part_is_not_handed_over_the_rest_of_its_partition_is_sought_back
     consumer, seen = batch_consumer()
     consumer.batch_max_records = 2  # type: ignore[misc]
     consumer.ledger.started(RESULTS[0], 0)
-    send = consumer.app.producer.send
+    send = consumer.app.producer.client.send
 
     async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
         consumer.app.consumer_generation_id = 2  # a rebalance began meanwhile
         return await send(*args, **kwargs)
 
-    consumer.app.producer.send = send_then_rebalance
+    consumer.app.producer.client.send = send_then_rebalance
     asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 5)}))
     assert seen == [[0, 1]]
     assert not consumer._acked[RESULTS[0]]

@@ -791,10 +791,27 @@ class GuardedConsumer(AIOKafkaConsumer):
         producer itself."""
         if not outputs:
             return
-        send = self.app.producer.send
         gate = self.gate
         own = gate.transactional_id(tp)
         watch = self.deliveries.watch
+        if own is None:
+            # At-least-once: no transaction to join, so straight to aiokafka's producer.
+            # Faust's send adds a signal, a wrapper and a lookup per record, and under
+            # exactly_once the lock and the stop barrier (stopping.py) this skips.
+            client = self.app.producer._ensure_producer()
+            for output in outputs:
+                future = await client.send(
+                    output.topic,
+                    output.value,
+                    key=output.key,
+                    partition=output.partition,
+                    headers=output.headers,
+                )
+                watch(future)
+                if output.on_sent is not None:
+                    future.add_done_callback(output.on_sent)
+            return
+        send = self.app.producer.send
         for output in outputs:
             transactional_id = (
                 own if output.source is None else gate.transactional_id(output.source)
