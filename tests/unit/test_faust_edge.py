@@ -453,11 +453,8 @@ def test_a_batch_of_a_revoked_partition_is_dropped_and_sought_back() -> None:
     assert consumer._thread.sought == {RESULTS[0]: 10}
 
 
-def test_a_batch_whose_generation_ended_while_sending_is_not_booked() -> None:
-    # At-least-once: no lock holds a revoke's commit back, so it may have committed
-    # already and the partition may be gone; processed again (duplicates) instead.
-    consumer, seen = batch_consumer()
-    consumer.ledger.started(RESULTS[0], 0)
+def rebalance_on_first_send(consumer: GuardedConsumer) -> None:
+    """An at-least-once consumer whose consumer group rebalances while it sends."""
     send = consumer.app.producer.client.send
 
     async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
@@ -465,6 +462,14 @@ def test_a_batch_whose_generation_ended_while_sending_is_not_booked() -> None:
         return await send(*args, **kwargs)
 
     consumer.app.producer.client.send = send_then_rebalance
+
+
+def test_a_batch_whose_generation_ended_while_sending_is_not_booked() -> None:
+    # At-least-once: no lock holds a revoke's commit back, so it may have committed
+    # already and the partition may be gone; processed again (duplicates) instead.
+    consumer, seen = batch_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    rebalance_on_first_send(consumer)
     asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 2)}))
     assert seen == [[0, 1, 2]]
     assert not consumer._acked[RESULTS[0]]
@@ -562,13 +567,7 @@ def test_once_a_part_is_not_handed_over_the_rest_of_its_partition_is_sought_back
     consumer, seen = batch_consumer()
     consumer.batch_max_records = 2  # type: ignore[misc]
     consumer.ledger.started(RESULTS[0], 0)
-    send = consumer.app.producer.client.send
-
-    async def send_then_rebalance(*args: Any, **kwargs: Any) -> Any:
-        consumer.app.consumer_generation_id = 2  # a rebalance began meanwhile
-        return await send(*args, **kwargs)
-
-    consumer.app.producer.client.send = send_then_rebalance
+    rebalance_on_first_send(consumer)
     asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 5)}))
     assert seen == [[0, 1]]
     assert not consumer._acked[RESULTS[0]]
