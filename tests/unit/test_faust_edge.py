@@ -326,12 +326,13 @@ def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int |
 
 
 class StandInClient:
-    """aiokafka's producer under Faust's: at-least-once sends go straight to it."""
+    """The ``Appender`` of aiokafka's producer under Faust's: at-least-once sends go
+    straight to it."""
 
     def __init__(self, producer: StandInProducer) -> None:
         self.producer = producer
 
-    async def send(self, topic, value=None, key=None, partition=None, headers=None):
+    async def send(self, topic, key, value, partition, headers):
         return self.producer.record(topic, value, partition, "aiokafka")
 
 
@@ -345,9 +346,6 @@ class StandInProducer:
         self.futures: list[asyncio.Future] = []
         self.failing = failing or set()
         self.client = StandInClient(self)
-
-    def _ensure_producer(self) -> StandInClient:
-        return self.client
 
     async def send(self, topic, key, value, partition, timestamp, headers, *, transactional_id):
         return self.record(topic, value, partition, transactional_id)
@@ -399,6 +397,7 @@ def batch_consumer(
     consumer.batch_handlers = {"results": handler}  # type: ignore[misc]
     consumer.gate = gate or OpenGate()
     consumer.app.producer = StandInProducer(failing)
+    consumer.appender = lambda: consumer.app.producer.client  # type: ignore[method-assign]
     consumer.app.monitor = SimpleNamespace(track_tp_end_offset=lambda tp, offset: None)
     consumer.highwater = lambda tp: 0  # type: ignore[method-assign]
     consumer._to_message = lambda tp, record: SimpleNamespace(  # type: ignore[method-assign]

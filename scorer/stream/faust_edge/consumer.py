@@ -54,6 +54,7 @@ from faust.types import TP
 from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
+from scorer.stream.faust_edge.sending import Appender
 
 logger = logging.getLogger(__name__)
 
@@ -371,6 +372,7 @@ class GuardedConsumer(AIOKafkaConsumer):
     is committed at once, at most once per this many seconds (None: only Faust's
     commit timer). See :meth:`_caught_up_commits`."""
     _deliveries: Deliveries | None = None
+    _appender: Appender | None = None
     _booked_since_commit = False
     _last_commit_started = 0.0
     _commit_wanted: asyncio.Event | None = None
@@ -795,17 +797,14 @@ class GuardedConsumer(AIOKafkaConsumer):
         own = gate.transactional_id(tp)
         watch = self.deliveries.watch
         if own is None:
-            # At-least-once: no transaction to join, so straight to aiokafka's producer.
-            # Faust's send adds a signal, a wrapper and a lookup per record, and under
-            # exactly_once the lock and the stop barrier (stopping.py) this skips.
-            client = self.app.producer._ensure_producer()
+            # At-least-once: no transaction to join, so straight into aiokafka's
+            # batches (``Appender``). Faust's send adds a signal and a wrapper per
+            # record, and under exactly_once the lock and the stop barrier
+            # (stopping.py) this would skip.
+            send_direct = self.appender().send
             for output in outputs:
-                future = await client.send(
-                    output.topic,
-                    output.value,
-                    key=output.key,
-                    partition=output.partition,
-                    headers=output.headers,
+                future = await send_direct(
+                    output.topic, output.key, output.value, output.partition, output.headers
                 )
                 watch(future)
                 if output.on_sent is not None:
@@ -828,6 +827,14 @@ class GuardedConsumer(AIOKafkaConsumer):
             watch(future)
             if output.on_sent is not None:
                 future.add_done_callback(output.on_sent)
+
+    def appender(self) -> Appender:
+        """The :class:`Appender` of the producer's aiokafka producer (at-least-once)."""
+        client = self.app.producer._ensure_producer()
+        appender = self._appender
+        if appender is None or appender.producer is not client:
+            appender = self._appender = Appender(client)
+        return appender
 
     async def undelivered_stops_commit(self) -> bool:
         """True, with the worker crashed, when a record it sent was not delivered.

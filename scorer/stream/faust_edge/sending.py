@@ -1,0 +1,89 @@
+"""At-least-once sends of the batch path, appended to aiokafka's producer batches.
+
+``AIOKafkaProducer.send`` does per record what a batch of records to a few
+topics needs once: it awaits the topic's metadata, builds the topic's partition
+set three times (two sets and two lists) to choose a partition, and hashes the
+key with aiokafka's pure-Python murmur2. Here the partition lists are kept per
+topic until the client's metadata changes (aiokafka replaces its partition map
+on every update), a key's hash is kept while the key recurs (a query's results
+share it), and the record goes to the producer's accumulator as ``send`` would
+put it there: the same size check, the same partition, the same batch. A topic
+the client has no metadata for yet takes ``send`` itself, which fetches it.
+
+Private names (aiokafka 0.14.0): ``AIOKafkaProducer._serialize``,
+``._partitioner``, ``._message_accumulator``, ``._request_timeout_ms``,
+``ClusterMetadata._partitions``; see docs/faust-internals.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka.partitioner import DefaultPartitioner, murmur2
+from aiokafka.structs import TopicPartition
+
+
+class Appender:
+    """Sends records through one started ``AIOKafkaProducer`` (not a transactional one:
+    it skips the producer's transaction check)."""
+
+    MAX_HASHES = 1 << 16
+    """Keys whose hash is kept; the cache starts afresh when full."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self._seen_map: Any = None
+        self._topics: dict[str, tuple[list[int], list[int]]] = {}
+        self._hashes: dict[bytes, int] = {}
+        self._default_partitioner = isinstance(producer._partitioner, DefaultPartitioner)
+        self._timeout = producer._request_timeout_ms / 1000
+
+    def partition_for(self, topic: str, key: bytes | None) -> int | None:
+        """The partition ``send`` would choose for ``key`` (None: no metadata yet)."""
+        lists = self._partition_lists(topic)
+        if lists is None:
+            return None
+        every, available = lists
+        if key is None or not self._default_partitioner:
+            return self.producer._partitioner(key, every, available)
+        hashed = self._hashes.get(key)
+        if hashed is None:
+            if len(self._hashes) >= self.MAX_HASHES:
+                self._hashes = {}
+            hashed = self._hashes[key] = murmur2(key) & 0x7FFFFFFF
+        return every[hashed % len(every)]
+
+    def _partition_lists(self, topic: str) -> tuple[list[int], list[int]] | None:
+        """``topic``'s partitions, all and available, as ``send`` lists them."""
+        cluster = self.producer.client.cluster
+        if cluster._partitions is not self._seen_map:
+            self._seen_map = cluster._partitions
+            self._topics = {}
+        lists = self._topics.get(topic)
+        if lists is None:
+            every = cluster.partitions_for_topic(topic)
+            if every is None:
+                return None
+            available = cluster.available_partitions_for_topic(topic)
+            lists = self._topics[topic] = (list(every), list(available))
+        return lists
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> asyncio.Future[Any]:
+        """What ``AIOKafkaProducer.send`` returns: the record's delivery future."""
+        producer = self.producer
+        chosen = self.partition_for(topic, key) if partition is None else partition
+        if chosen is None or (partition is not None and self._partition_lists(topic) is None):
+            return await producer.send(topic, value, key=key, partition=partition, headers=headers)
+        headers = headers or []
+        key, value = producer._serialize(key, value, headers)
+        return await producer._message_accumulator.add_message(
+            TopicPartition(topic, chosen), key, value, self._timeout, headers=headers
+        )

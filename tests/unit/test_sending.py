@@ -1,0 +1,124 @@
+"""The batch path's at-least-once sends against a real aiokafka producer (not started:
+its metadata is fed in, and the records stay in its accumulator for the test to read)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.structs import TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scorer.stream.faust_edge.sending import Appender
+
+
+def metadata(partitions: dict[str, int], leaderless: tuple[int, ...] = ()) -> SimpleNamespace:
+    """A version-0 metadata response: one broker, ``partitions`` per topic."""
+    return SimpleNamespace(
+        API_VERSION=0,
+        brokers=[(0, "127.0.0.1", 9092)],
+        topics=[
+            (0, topic, [(0, p, -1 if p in leaderless else 0, [0], [0]) for p in range(count)])
+            for topic, count in partitions.items()
+        ],
+    )
+
+
+def producer_with(partitions: dict[str, int], **options: object) -> AIOKafkaProducer:
+    """An aiokafka producer that never starts (so never connects), with metadata."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", **options)
+    producer.client.cluster.update_metadata(metadata(partitions))
+    # Nothing to close: it never started (aiokafka warns of unclosed producers).
+    producer._closed = True
+    return producer
+
+
+def queued(producer: AIOKafkaProducer, tp: TopicPartition) -> list[tuple[bytes, bytes]]:
+    """The (key, value) of each record the accumulator holds for ``tp``."""
+    records = []
+    for batch in producer._message_accumulator._batches.get(tp, []):
+        buffer = batch._builder._builder.build()
+        records += [(r.key, r.value) for r in DefaultRecordBatch(bytes(buffer))]
+    return records
+
+
+@given(st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=50))
+def test_a_key_goes_to_the_partition_aiokafkas_send_would_choose(keys: list[bytes]) -> None:
+    async def scenario() -> None:
+        producer = producer_with({"scored": 7})
+        appender = Appender(producer)
+        partitions = list(producer.client.cluster.partitions_for_topic("scored"))
+        for key in keys + keys:  # the second time from the kept hashes
+            assert appender.partition_for("scored", key) == DefaultPartitioner()(
+                key, partitions, partitions
+            )
+
+    asyncio.run(scenario())
+
+
+def test_records_land_in_the_producers_batches_of_their_partitions() -> None:
+    async def scenario() -> None:
+        producer = producer_with({"scored": 4, "expiry": 4})
+        appender = Appender(producer)
+        futures = [
+            await appender.send("scored", b"q-1", b"one", None, None),
+            await appender.send("scored", b"q-1", b"two", None, [("h", b"v")]),
+            await appender.send("expiry", b"q-2", b"three", 3, None),
+        ]
+        assert all(isinstance(future, asyncio.Future) for future in futures)
+        chosen = appender.partition_for("scored", b"q-1")
+        assert queued(producer, TopicPartition("scored", chosen)) == [
+            (b"q-1", b"one"),
+            (b"q-1", b"two"),
+        ]
+        assert queued(producer, TopicPartition("expiry", 3)) == [(b"q-2", b"three")]
+
+    asyncio.run(scenario())
+
+
+def test_new_metadata_is_read_again() -> None:
+    async def scenario() -> None:
+        producer = producer_with({"scored": 1})
+        appender = Appender(producer)
+        assert appender.partition_for("scored", b"q") == 0
+        producer.client.cluster.update_metadata(metadata({"scored": 8}))
+        partitions = list(range(8))
+        assert appender.partition_for("scored", b"q") == DefaultPartitioner()(
+            b"q", partitions, partitions
+        )
+
+    asyncio.run(scenario())
+
+
+def test_a_record_over_the_request_size_is_refused_as_send_refuses_it() -> None:
+    async def scenario() -> None:
+        producer = producer_with({"scored": 1}, max_request_size=1024)
+        with pytest.raises(MessageSizeTooLargeError):
+            await Appender(producer).send("scored", b"q", b"x" * 2048, None, None)
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_without_metadata_takes_sends_own_path() -> None:
+    async def scenario() -> list[str]:
+        producer = producer_with({"scored": 1})
+        taken: list[str] = []
+
+        async def send(topic: str, value: bytes, **kwargs: object) -> asyncio.Future[None]:
+            taken.append(topic)
+            return asyncio.get_running_loop().create_future()
+
+        producer.send = send  # type: ignore[method-assign]
+        appender = Appender(producer)
+        await appender.send("unknown", b"q", b"v", None, None)
+        await appender.send("unknown", b"q", b"v", 2, None)
+        await appender.send("scored", b"q", b"v", None, None)
+        return taken
+
+    assert asyncio.run(scenario()) == ["unknown", "unknown"]
