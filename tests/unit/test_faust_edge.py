@@ -335,6 +335,9 @@ class StandInClient:
     async def send(self, topic, key, value, partition, headers):
         return self.producer.record(topic, value, partition, "aiokafka")
 
+    async def send_many(self, records):
+        return [await self.send(*record) for record in records]
+
 
 class StandInProducer:
     """Faust's producer: records what is sent (with the transactional id, or

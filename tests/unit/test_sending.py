@@ -122,3 +122,23 @@ def test_a_topic_without_metadata_takes_sends_own_path() -> None:
         return taken
 
     assert asyncio.run(scenario()) == ["unknown", "unknown"]
+
+
+def test_records_sent_together_make_one_batch_per_partition_in_their_order() -> None:
+    async def scenario() -> None:
+        producer = producer_with({"scored": 4, "changelog": 4})
+        appender = Appender(producer)
+        keys = [f"q-{n}".encode() for n in range(40)]
+        records = [("scored", key, b"v-" + key, None, None) for key in keys]
+        records.append(("changelog", b"k", b"state", 2, [("h", b"v")]))
+        futures = await appender.send_many(records)
+        expected: dict[TopicPartition, list[tuple[bytes, bytes]]] = {}
+        for key in keys:
+            tp = TopicPartition("scored", appender.partition_for("scored", key))
+            expected.setdefault(tp, []).append((key, b"v-" + key))
+        expected[TopicPartition("changelog", 2)] = [(b"k", b"state")]
+        assert len(futures) == len(expected)  # one delivery future per batch
+        for tp, records_of_tp in expected.items():
+            assert queued(producer, tp) == records_of_tp
+
+    asyncio.run(scenario())

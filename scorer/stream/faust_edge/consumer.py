@@ -801,13 +801,18 @@ class GuardedConsumer(AIOKafkaConsumer):
             # batches (``Appender``). Faust's send adds a signal and a wrapper per
             # record, and under exactly_once the lock and the stop barrier
             # (stopping.py) this would skip.
-            send_direct = self.appender().send
-            for output in outputs:
-                future = await send_direct(
-                    output.topic, output.key, output.value, output.partition, output.headers
-                )
+            appender = self.appender()
+            batched = [o for o in outputs if o.on_sent is None]
+            for future in await appender.send_many(
+                [(o.topic, o.key, o.value, o.partition, o.headers) for o in batched]
+            ):
                 watch(future)
+            for output in outputs:
                 if output.on_sent is not None:
+                    future = await appender.send(
+                        output.topic, output.key, output.value, output.partition, output.headers
+                    )
+                    watch(future)
                     future.add_done_callback(output.on_sent)
             return
         send = self.app.producer.send

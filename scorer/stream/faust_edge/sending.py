@@ -18,10 +18,14 @@ Private names (aiokafka 0.14.0): ``AIOKafkaProducer._serialize``,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.structs import TopicPartition
+
+Record = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes]] | None]
+"""A record to send: topic, key, value, partition (None: the partitioner's), headers."""
 
 
 class Appender:
@@ -87,3 +91,34 @@ class Appender:
         return await producer._message_accumulator.add_message(
             TopicPartition(topic, chosen), key, value, self._timeout, headers=headers
         )
+
+    async def send_many(self, records: Sequence[Record]) -> list[asyncio.Future[Any]]:
+        """Send ``records`` as one aiokafka batch per topic partition (more where one
+        fills up), in their order within each partition: one delivery future per batch
+        (each record sent alone costs a future made and resolved on the event loop).
+        Records of a topic without metadata yet go one by one through :meth:`send`."""
+        producer = self.producer
+        futures: list[asyncio.Future[Any]] = []
+        groups: dict[tuple[str, int], list[Record]] = {}
+        for record in records:
+            topic, key, _, partition, _ = record
+            chosen = self.partition_for(topic, key) if partition is None else partition
+            if chosen is None or self._partition_lists(topic) is None:
+                futures.append(await self.send(*record))
+                continue
+            group = groups.get((topic, chosen))
+            if group is None:
+                groups[(topic, chosen)] = [record]
+            else:
+                group.append(record)
+        for (topic, partition), group in groups.items():
+            builder = producer.create_batch()
+            for _, key, value, _, headers in group:
+                headers = headers or []
+                producer._serialize(key, value, headers)  # send's size check
+                if builder.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                    futures.append(await producer.send_batch(builder, topic, partition=partition))
+                    builder = producer.create_batch()
+                    builder.append(timestamp=None, key=key, value=value, headers=headers)
+            futures.append(await producer.send_batch(builder, topic, partition=partition))
+        return futures
