@@ -349,9 +349,7 @@ def test_the_seen_window_holds_nothing_the_garbage_collector_walks() -> None:
     # One entry per result for the whole window: tracked objects there made every
     # full collection walk them all (120-220 ms pauses at 16,000 results/s).
     index = run_state.SeenIndex()
-    entries = {
-        f"run\x1fr{n}": run_state.SeenEntry("results/0", n, 0, 20.0, 0) for n in range(100)
-    }
+    entries = {f"run\x1fr{n}": run_state.SeenEntry("results/0", n, 0, 20.0, 0) for n in range(100)}
     block = index.add(0, "0:0:1", 20.0, entries)
     del entries
     gc.collect()

@@ -783,10 +783,11 @@ class GuardedConsumer(AIOKafkaConsumer):
         return True
 
     async def send_outputs(self, tp: TP, outputs: list[Output]) -> None:
-        """Send the outputs of input partition ``tp`` (a batch's, or an agent's event's)
-        straight to Faust's producer, each in the transaction of its input partition
-        (``Output.source``, else ``tp``) under exactly_once; a record the producer
-        gives up on stops the next commit (``Deliveries``).
+        """Send the outputs of input partition ``tp`` (a batch's, or an agent's event's):
+        under at-least-once as aiokafka batches (:class:`Appender`), under exactly_once
+        through Faust's producer, each in the transaction of its input partition
+        (``Output.source``, else ``tp``); a record the producer gives up on stops
+        the next commit (``Deliveries``).
 
         Not through ``topic.send``: Faust's topic path (message futures, send
         sensors, callbacks) cost the worker about as much CPU per record as the
