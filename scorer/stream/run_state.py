@@ -271,6 +271,10 @@ def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:
     return _at_or_below_mark(state, seen.stream, seen.offset, seen.seq)
 
 
+_SEEN_AT = SeenEntry._fields.index("seen_at")
+"""Where ``seen_at`` is in a stored entry (a sweep reads it from millions)."""
+
+
 class SeenIndex:
     """Where each run counted each resultId in the dedupe window, for the rollup
     partitions in use, and the ``rollup_seen`` table records that hold them.
@@ -347,8 +351,8 @@ class SeenIndex:
         while queue and queue[0][0] < before:
             _, key, seen_keys = queue.popleft()
             for seen_key in seen_keys:
-                entry = self.get(seen_key)
-                if entry is not None and entry.seen_at < before:
+                stored = self._entries.get(seen_key)
+                if stored is not None and stored[_SEEN_AT] < before:
                     del self._entries[seen_key]
             keys.append(key)
         return keys

@@ -45,9 +45,16 @@ class Appender:
 
     def partition_for(self, topic: str, key: bytes | None) -> int | None:
         """The partition ``send`` would choose for ``key`` (None: no metadata yet)."""
+        return self._target(topic, key, None)
+
+    def _target(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        """``partition``, else the one ``send`` would choose for ``key``; None when the
+        client has no metadata for ``topic`` yet (``send`` itself must fetch it)."""
         lists = self._partition_lists(topic)
         if lists is None:
             return None
+        if partition is not None:
+            return partition
         every, available = lists
         if key is None or not self._default_partitioner:
             return self.producer._partitioner(key, every, available)
@@ -83,8 +90,8 @@ class Appender:
     ) -> asyncio.Future[Any]:
         """What ``AIOKafkaProducer.send`` returns: the record's delivery future."""
         producer = self.producer
-        chosen = self.partition_for(topic, key) if partition is None else partition
-        if chosen is None or (partition is not None and self._partition_lists(topic) is None):
+        chosen = self._target(topic, key, partition)
+        if chosen is None:
             return await producer.send(topic, value, key=key, partition=partition, headers=headers)
         headers = headers or []
         key, value = producer._serialize(key, value, headers)
@@ -96,15 +103,17 @@ class Appender:
         """Send ``records`` as one aiokafka batch per topic partition (more where one
         fills up), in their order within each partition: one delivery future per batch
         (each record sent alone costs a future made and resolved on the event loop).
-        Records of a topic without metadata yet go one by one through :meth:`send`."""
+        Records of a topic without metadata yet go one by one through ``send``."""
         producer = self.producer
         futures: list[asyncio.Future[Any]] = []
         groups: dict[tuple[str, int], list[Record]] = {}
         for record in records:
-            topic, key, _, partition, _ = record
-            chosen = self.partition_for(topic, key) if partition is None else partition
-            if chosen is None or self._partition_lists(topic) is None:
-                futures.append(await self.send(*record))
+            topic, key, value, partition, headers = record
+            chosen = self._target(topic, key, partition)
+            if chosen is None:
+                futures.append(
+                    await producer.send(topic, value, key=key, partition=partition, headers=headers)
+                )
                 continue
             group = groups.get((topic, chosen))
             if group is None:
