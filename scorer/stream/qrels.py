@@ -53,5 +53,4 @@ def register(parts: StreamParts) -> None:
                     message.topic, message.partition, message.offset, seq
                 )
                 await edge.send(scored_output(parts, result, entry, started, position), message)
-            for output in rollup_outputs(parts):
-                await edge.send(output, output.source)
+            await edge.send_all(rollup_outputs(parts))

@@ -42,8 +42,9 @@ def register(parts: StreamParts) -> None:
     seen_out = edge.writer(seen_table)
 
     async def flush_pending() -> None:
-        for output in rollup_outputs(parts, force=True):
-            await edge.send(output, output.source)
+        # One call: drained and queued for the producer at once, so no contribution
+        # drained later (by a batch scored while this flush waits) overtakes them.
+        await edge.send_all(rollup_outputs(parts, force=True))
 
     edge.before_commit(flush_pending)
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scorer.metrics import METRIC_NAMES
 from scorer.stream import run_state
@@ -357,3 +359,92 @@ def test_the_seen_window_holds_nothing_the_garbage_collector_walks() -> None:
     assert len(stored) == 100 and not any(gc.is_tracked(entry) for entry in stored)
     assert not any(gc.is_tracked(entry) for entry in index._entries.values())
     assert index.get("run\x1fr7") == run_state.SeenEntry("results/0", 7, 0, 20.0, 0)
+
+
+# ---------------------------------------------------------------- the pipeline, end to end
+
+
+def ndcg_of(result_id: str) -> float:
+    """A result's score: the same whenever it is scored (its qrels do not change)."""
+    return (sum(map(ord, result_id)) % 97) / 96
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_every_result_counts_once_under_any_interleaving_of_batches_flushes_and_crashes(
+    data: st.DataObject,
+) -> None:
+    """At-least-once, simulated whole: input partitions scored in batches, their
+    contributions pending until a flush (every commit flushes first), crashes that lose
+    what is pending and redeliver from the last commit, producer resends (the same
+    resultId at a later offset, from any partition), and the rollup side folding the
+    topic in batches of any size with redeliveries of its own. The rollup topic
+    carries each flush's records in the order drained (the send path keeps call
+    order: test_sending.py), interleaving the input partitions in any way."""
+    inputs = data.draw(st.integers(1, 3), label="input partitions")
+    streams: list[list[str]] = []
+    for p in range(inputs):
+        stream: list[str] = []
+        for offset in range(data.draw(st.integers(0, 10))):
+            earlier = [rid for s in [*streams, stream] for rid in s]
+            if earlier and data.draw(st.integers(0, 3)) == 0:
+                stream.append(data.draw(st.sampled_from(earlier)))  # a producer's resend
+            else:
+                stream.append(f"r{p}-{offset}")
+        streams.append(stream)
+
+    pending = PendingRollups()
+    topic: list[bytes] = []
+    committed = [0] * inputs
+    position = [0] * inputs
+
+    def flush() -> None:
+        topic.extend(value for _, _, value in pending.drain())
+
+    while any(position[p] < len(streams[p]) for p in range(inputs)):
+        step = data.draw(st.sampled_from(["score", "score", "score", "flush", "commit", "crash"]))
+        if step == "score":
+            unread = [p for p in range(inputs) if position[p] < len(streams[p])]
+            p = data.draw(st.sampled_from(unread))
+            for _ in range(data.draw(st.integers(1, 3))):
+                if position[p] == len(streams[p]):
+                    break
+                rid = streams[p][position[p]]
+                values = [1.0, 0.5, ndcg_of(rid), 1.0, 1.0]
+                row = run_state.contribution_row(
+                    "results", p, position[p], 0, rid, "q1", values, {}, None
+                )
+                pending.add_row(b"run-a", row)
+                position[p] += 1
+        elif step == "flush":
+            flush()
+        elif step == "commit":
+            flush()
+            committed = list(position)
+        else:  # the worker dies: what is pending is lost, the input is read again
+            pending.drain()
+            position = list(committed)
+    flush()
+
+    tables = Tables()
+    folded = 0
+    while folded < len(topic):
+        size = data.draw(st.integers(1, 4))
+        batch = tables.batch(dedupe=True)
+        for value in topic[folded : folded + size]:
+            for row in orjson.loads(value):
+                batch.add_row(b"run-a", row)
+        tables.queries.update(batch.queries)
+        tables.seen.update(batch.seen)
+        for key, state in batch.finish("t").items():
+            tables.rollups[key] = orjson.loads(orjson.dumps(state))
+        folded += size
+        if data.draw(st.integers(0, 4)) == 0:  # the fold's input redelivered
+            folded = data.draw(st.integers(0, min(folded, len(topic))))
+
+    distinct = {rid for stream in streams for rid in stream}
+    if not distinct:
+        assert b"run-a" not in tables.rollups
+        return
+    assert tables.count() == len(distinct)
+    assert tables.ndcg() == pytest.approx(sum(map(ndcg_of, distinct)) / len(distinct))

@@ -15,7 +15,10 @@ from aiokafka.structs import TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scorer.stream.faust_edge.consumer import GuardedConsumer, OpenGate, Output
 from scorer.stream.faust_edge.sending import Appender
+
+RESULTS = TopicPartition("results", 0)
 
 
 def metadata(partitions: dict[str, int], leaderless: tuple[int, ...] = ()) -> SimpleNamespace:
@@ -142,3 +145,61 @@ def test_records_sent_together_make_one_batch_per_partition_in_their_order() -> 
             assert queued(producer, tp) == records_of_tp
 
     asyncio.run(scenario())
+
+
+def guarded_consumer(producer: AIOKafkaProducer) -> GuardedConsumer:
+    """Just enough of the worker's consumer for its at-least-once ``send_outputs``."""
+    consumer = GuardedConsumer.__new__(GuardedConsumer)
+    consumer.gate = OpenGate()
+    appender = Appender(producer)
+    consumer.appender = lambda: appender  # type: ignore[method-assign]
+    return consumer
+
+
+def drain_accumulator(producer: AIOKafkaProducer) -> list[tuple[TopicPartition, list[bytes]]]:
+    """What aiokafka's sender does with the ready batches: takes them out of the
+    accumulator (which wakes whoever waits for a partition's batch to drain);
+    returns the values of each batch taken, per partition."""
+    nodes, _ = producer._message_accumulator.drain_by_nodes(ignore_nodes=[])
+    taken = []
+    for batches in nodes.values():
+        for tp, batch in batches.items():
+            buffer = batch._builder._builder.build()
+            taken.append((tp, [r.value for r in DefaultRecordBatch(bytes(buffer))]))
+    return taken
+
+
+def test_outputs_reach_each_partition_in_the_order_of_the_calls_that_sent_them() -> None:
+    # The rollup undercount: the commit's flush (older contributions to two rollup
+    # partitions) waited for partition 0's pending batch, and the next scored batch's
+    # newer contributions to partition 1 went first; the run's watermark then dropped
+    # the older ones as redelivered.
+    async def scenario() -> dict[int, list[bytes]]:
+        producer = producer_with({"rollup": 2})
+        consumer = guarded_consumer(producer)
+        # A batch already queued for partition 0: a new batch for it must wait.
+        await consumer.send_outputs(RESULTS, [Output("rollup", None, b"earlier", partition=0)])
+        older = asyncio.create_task(
+            consumer.send_outputs(
+                RESULTS,
+                [
+                    Output("rollup", None, b"older-0", partition=0),
+                    Output("rollup", None, b"older-1", partition=1),
+                ],
+            )
+        )
+        await asyncio.sleep(0)  # the flush now waits for partition 0
+        newer = asyncio.create_task(
+            consumer.send_outputs(RESULTS, [Output("rollup", None, b"newer-1", partition=1)])
+        )
+        landed: dict[int, list[bytes]] = {0: [], 1: []}
+        while not (older.done() and newer.done()):
+            for tp, values in drain_accumulator(producer):
+                landed[tp.partition] += values
+            await asyncio.sleep(0.01)
+        for tp, values in drain_accumulator(producer):
+            landed[tp.partition] += values
+        return landed
+
+    landed = asyncio.run(scenario())
+    assert landed == {0: [b"earlier", b"older-0"], 1: [b"older-1", b"newer-1"]}

@@ -82,6 +82,12 @@ class Edge:
         (``GuardedConsumer.send_outputs``)."""
         await self.app.consumer.send_outputs(source, [output])
 
+    async def send_all(self, outputs: list[Output]) -> None:
+        """Send ``outputs`` (each with its ``source``) in one call: they reach each
+        partition in their order, before any output sent after this call began."""
+        if outputs:
+            await self.app.consumer.send_outputs(outputs[0].source, outputs)
+
     def events(self, stream: Any) -> Any:
         """An agent's events, one at a time between commits (``Transactions.events``)."""
         return self.transactions.events(stream)

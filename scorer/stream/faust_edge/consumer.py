@@ -373,6 +373,7 @@ class GuardedConsumer(AIOKafkaConsumer):
     commit timer). See :meth:`_caught_up_commits`."""
     _deliveries: Deliveries | None = None
     _appender: Appender | None = None
+    _send_lock: asyncio.Lock | None = None
     _booked_since_commit = False
     _last_commit_started = 0.0
     _commit_wanted: asyncio.Event | None = None
@@ -802,19 +803,8 @@ class GuardedConsumer(AIOKafkaConsumer):
             # batches (``Appender``). Faust's send adds a signal and a wrapper per
             # record, and under exactly_once the lock and the stop barrier
             # (stopping.py) this would skip.
-            appender = self.appender()
-            batched = [o for o in outputs if o.on_sent is None]
-            for future in await appender.send_many(
-                [(o.topic, o.key, o.value, o.partition, o.headers) for o in batched]
-            ):
-                watch(future)
-            for output in outputs:
-                if output.on_sent is not None:
-                    future = await appender.send(
-                        output.topic, output.key, output.value, output.partition, output.headers
-                    )
-                    watch(future)
-                    future.add_done_callback(output.on_sent)
+            async with self.send_lock:
+                await self._append_outputs(outputs)
             return
         send = self.app.producer.send
         for output in outputs:
@@ -832,6 +822,42 @@ class GuardedConsumer(AIOKafkaConsumer):
             )
             watch(future)
             if output.on_sent is not None:
+                future.add_done_callback(output.on_sent)
+
+    @property
+    def send_lock(self) -> asyncio.Lock:
+        """Held by every at-least-once :meth:`send_outputs` call while its records go
+        to the producer's batches: the calls reach each partition in the order they
+        were made (FIFO), whatever waits inside them.
+
+        Without it, a call whose first record waits for a full or in-flight batch of
+        its partition (aiokafka's ``add_batch`` waits while the partition has a
+        batch pending) is overtaken by a later call's records to another partition:
+        the commit's flush of the pending rollup contributions, waiting on one
+        rollup partition, was overtaken by the next batch's newer contributions
+        of the same run and input partition on another one, and the run's
+        watermark then dropped the older ones as redelivered (the run rollups
+        undercounted under at-least-once)."""
+        if self._send_lock is None:
+            self._send_lock = asyncio.Lock()
+        return self._send_lock
+
+    async def _append_outputs(self, outputs: list[Output]) -> None:
+        """At-least-once: ``outputs`` into aiokafka's batches, in their order within
+        each partition (the caller holds :attr:`send_lock`)."""
+        watch = self.deliveries.watch
+        appender = self.appender()
+        batched = [o for o in outputs if o.on_sent is None]
+        for future in await appender.send_many(
+            [(o.topic, o.key, o.value, o.partition, o.headers) for o in batched]
+        ):
+            watch(future)
+        for output in outputs:
+            if output.on_sent is not None:
+                future = await appender.send(
+                    output.topic, output.key, output.value, output.partition, output.headers
+                )
+                watch(future)
                 future.add_done_callback(output.on_sent)
 
     def appender(self) -> Appender:
