@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.errors import UnsupportedCodecError
 from aiokafka.structs import TopicPartition
 from intervaltree import IntervalTree
 
@@ -852,3 +853,49 @@ def test_deliveries_report_the_first_failure_and_keep_only_what_is_in_flight() -
         assert deliveries._pending == []
 
     asyncio.run(scenario())
+
+
+class UndecodableRecords(StandInRecords):
+    """A batch compressed with a codec whose library is missing, as aiokafka reads it."""
+
+    def __next__(self) -> SimpleNamespace:
+        raise UnsupportedCodecError("Libraries for lz4 compression codec not found")
+
+
+def test_a_batch_that_cannot_be_decoded_stops_its_partition_alone_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        fetcher = StandInFetcher({RESULTS[0]: 7, RESULTS[1]: 0})
+        assignment = fetcher.assignment
+        fetcher._records[RESULTS[0]] = FetchResult(
+            RESULTS[0],
+            assignment=assignment,
+            partition_records=UndecodableRecords(7, [7, 8], 9),
+            backoff=0,
+        )
+        fetcher.buffer(RESULTS[1], [0, 1], end=2)
+        undecodable: dict[Any, str] = {}
+        got = await fetch_batches(fetcher, None, 0, None, undecodable)
+        assert {tp: (b.start, b.end) for tp, b in got.items()} == {RESULTS[1]: (0, 2)}
+        assert assignment.state_value(RESULTS[0]).paused
+        assert assignment.state_value(RESULTS[0]).position == 7
+        assert undecodable == {RESULTS[0]: "Libraries for lz4 compression codec not found"}
+        # Faust resumes it (after a recovery, say) and the batch comes again: paused
+        # again, and nothing more is said.
+        assignment.state_value(RESULTS[0]).resume()
+        fetcher._records[RESULTS[0]] = FetchResult(
+            RESULTS[0],
+            assignment=assignment,
+            partition_records=UndecodableRecords(7, [7, 8], 9),
+            backoff=0,
+        )
+        assert await fetch_batches(fetcher, None, 0, None, undecodable) == {}
+        assert assignment.state_value(RESULTS[0]).paused
+
+    with caplog.at_level("ERROR"):
+        asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(lines) == 1
+    assert lines[0].startswith("results/0: the record batch at offset 7 cannot be decoded")
+    assert "lz4" in lines[0] and "cramjam" in lines[0] and "\n" not in lines[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from scorer.stream.faust_edge.consumer import (
     BatchHandler,
@@ -112,9 +112,18 @@ def install(
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
     install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
+    undecodable: dict[Any, str] = {}
     thread = type(
-        "GuardedConsumerThread", (GuardedConsumerThread,), {"fetch_max_wait_ms": fetch_max_wait_ms}
+        "GuardedConsumerThread",
+        (GuardedConsumerThread,),
+        {"fetch_max_wait_ms": fetch_max_wait_ms, "undecodable": undecodable},
     )
+    Gauge(
+        "scorer_input_partitions_undecodable",
+        "Input partitions stopped on a record batch that cannot be decoded (its codec's "
+        "library missing, or corrupt); the worker log names each.",
+        registry=registry,
+    ).set_function(lambda: len(undecodable))
     consumer_class = type(
         "GuardedConsumer",
         (GuardedConsumer,),

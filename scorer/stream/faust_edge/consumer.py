@@ -43,7 +43,7 @@ from time import monotonic
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from aiokafka.consumer.fetcher import FetchResult
-from aiokafka.errors import ConsumerStoppedError
+from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, UnsupportedCodecError
 from aiokafka.structs import TopicPartition
 from faust.events import Event
 from faust.streams import _current_event
@@ -218,13 +218,49 @@ class OpenGate:
         return False
 
 
+UNDECODABLE = (UnsupportedCodecError, CorruptRecordException)
+"""What a fetched record batch raises when it is read and cannot be decoded."""
+
+
+def stop_undecodable(
+    fetcher: Any, tp: Any, start: int, error: Exception, undecodable: dict[Any, str]
+) -> None:
+    """Stop reading ``tp``, whose batch at ``start`` cannot be decoded: its buffered
+    result is dropped and the partition paused here (so the fetcher does not fetch the
+    same batch again and again), its position left at ``start``; the other partitions
+    go on. Said once per partition, in one line, with what to do."""
+    del fetcher._records[tp]
+    fetcher._notify(fetcher._wait_consume_future)
+    fetcher._subscriptions.pause(tp)
+    if tp not in undecodable:
+        # aiokafka's errors put their class name in front of str(); the message alone.
+        undecodable[tp] = str(error.args[0]) if error.args else type(error).__name__
+        logger.error(
+            "%s/%s: the record batch at offset %s cannot be decoded (%s: %s); this "
+            "partition is stopped at %s, the others go on. A codec library missing: "
+            "`pip install cramjam` (snappy, lz4, zstd), then restart the worker",
+            tp.topic, tp.partition, start, type(error).__name__, undecodable[tp], start,
+        )  # fmt: skip
+
+
 async def fetch_batches(
-    fetcher: Any, partitions: frozenset[Any] | None, timeout: float, max_records: int | None
+    fetcher: Any,
+    partitions: frozenset[Any] | None,
+    timeout: float,
+    max_records: int | None,
+    undecodable: dict[Any, str] | None = None,
 ) -> dict[Any, FetchedBatch]:
     """aiokafka's ``Fetcher.fetched_records`` for the partitions in ``partitions`` only
     (None: every assigned partition; an empty set is never passed), returning each
-    partition's position before and after its records. Runs in the consumer thread."""
+    partition's position before and after its records. Runs in the consumer thread.
+
+    A partition whose batch cannot be decoded (:data:`UNDECODABLE`) is stopped and
+    kept in ``undecodable`` with the reason (:func:`stop_undecodable`), instead of
+    crashing the worker on every restart; one stopped before is paused again when
+    it comes back (Faust resumes the partitions it paused itself)."""
     subscriptions = fetcher._subscriptions
+    if undecodable is None:
+        undecodable = {}
     while True:
         if subscriptions.reassignment_in_progress:
             await subscriptions.wait_for_assignment()
@@ -247,7 +283,14 @@ async def fetch_batches(
                 fetcher._notify(fetcher._wait_consume_future)
                 continue
             start = result._partition_records.next_fetch_offset
-            records = result.getall(max_records)
+            if tp in undecodable:
+                stop_undecodable(fetcher, tp, start, RuntimeError(undecodable[tp]), undecodable)
+                continue
+            try:
+                records = result.getall(max_records)
+            except UNDECODABLE as error:
+                stop_undecodable(fetcher, tp, start, error, undecodable)
+                continue
             end = result._assignment.state_value(tp).position
             if not result.has_more():
                 del fetcher._records[tp]
@@ -272,14 +315,23 @@ async def fetch_batches(
 
 
 class GuardedConsumerThread(AIOKafkaConsumerThread):
-    """Faust's consumer thread: snapshot fetches, a configurable broker fetch wait."""
+    """Faust's consumer thread: snapshot fetches, a configurable broker fetch wait,
+    inputs read ``read_committed``, partitions that cannot be decoded stopped alone."""
 
     fetch_max_wait_ms: ClassVar[int] = 1500
+    undecodable: ClassVar[dict[Any, str]] = {}
+    """Set per app by ``faust_edge.install``: the partitions stopped on a batch that
+    cannot be decoded, with the reason (:func:`fetch_batches`)."""
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         # Faust passes 1500 ms; aiokafka reads the attribute when the consumer starts.
         consumer._fetch_max_wait_ms = self.fetch_max_wait_ms
+        # Faust reads read_committed only under exactly_once; a user's transactional
+        # producer aborts under either mode, and an aborted result must never be
+        # scored. Non-transactional partitions (the changelogs under at-least-once)
+        # read the same either way: their last stable offset is their high watermark.
+        consumer._isolation_level = "read_committed"
         return consumer
 
     async def getmany(  # type: ignore[override]
@@ -312,7 +364,7 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
         if consumer._closed or fetcher._closed:
             raise ConsumerStoppedError()
         with fetcher._subscriptions.fetch_context():
-            return await fetch_batches(fetcher, partitions, timeout, max_records)
+            return await fetch_batches(fetcher, partitions, timeout, max_records, self.undecodable)
 
     async def seek_back(self, offsets: Mapping[TP, int]) -> None:
         """Seek assigned partitions to ``offsets`` in the consumer thread (revoked
