@@ -27,6 +27,7 @@ import faust
 from scorer.settings import Settings
 from scorer.stream import faust_edge, parking, qrels, rollups
 from scorer.stream.parts import StreamParts
+from scorer.stream.placement import Misplaced
 from scorer.stream.results import ResultBatches
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.web import register_views
@@ -126,6 +127,7 @@ def create_app(settings: Settings) -> Scorer:
         run_queries_table=app.Table("run_queries", default=None, partitions=settings.partitions),
         # Where each run counted each resultId, for ``rollup_dedupe_seconds`` (run_state.RunBatch).
         seen_table=app.Table("rollup_seen", default=None, partitions=settings.partitions),
+        misplaced=Misplaced(settings.partitions, telemetry.misplaced),
     )
     telemetry.judged_queries.set_function(lambda: len(parts.qrels_table))
 

@@ -3,7 +3,9 @@
 Tables cannot be written outside a stream, so a timer finds the queries whose
 oldest parked result is past ``parking_ttl_seconds`` and sends an expiry
 command to an internal topic, on the query's own partition; an agent there
-moves the expired results to unjudged (one command per query until handled).
+moves the expired results to unjudged (one command per query until handled, sent
+again if still parked long after). Only the partitions this worker owns are swept:
+the table also holds the standby copies of other workers' partitions.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def register(parts: StreamParts) -> None:
     async def expire_parked(stream: Any) -> None:
         async for event in stream.events():
             query_id = event.message.key.decode()
-            expiring.discard(query_id)
+            expiring.pop(query_id, None)
             keep, expired = events.split_expired(
                 events.parked_items(parked_table.get(query_id)),
                 time.time(),
@@ -39,18 +41,36 @@ def register(parts: StreamParts) -> None:
             telemetry.parked.set(parts.parked.add(-len(expired)))
             telemetry.count_unjudged(len(expired))
 
-    @app.timer(interval=min(1.0, settings.parking_ttl_seconds / 4))
+    interval = min(1.0, settings.parking_ttl_seconds / 4)
+    # A command whose query is still parked this long after it was sent is sent again:
+    # its partition may have moved away and back before the command was handled
+    # (by the worker that owned it then), and a query marked forever would never expire.
+    resend_after = max(10 * interval, 5.0)
+
+    @app.timer(interval=interval)
     async def sweep_parked() -> None:
         now = time.time()
         total = 0
+        # The table holds the standby copies of other workers' partitions too: those
+        # are theirs to count and expire.
+        owned = {
+            tp.partition
+            for tp in app.assignor.assigned_actives()
+            if tp.topic == settings.results_topic
+        }
         for query_id, stored in list(parked_table.items()):
             items = events.parked_items(stored)
+            if not items or items[0].partition not in owned:
+                continue
             total += len(items)
             oldest = min(item.parked_at for item in items)
             if app.should_stop:
                 return  # the stop commits without this sweep; the next owner sweeps again
-            if now - oldest >= settings.parking_ttl_seconds and query_id not in expiring:
-                expiring.add(query_id)
+            sent = expiring.get(query_id)
+            if now - oldest >= settings.parking_ttl_seconds and (
+                sent is None or now - sent >= resend_after
+            ):
+                expiring[query_id] = now
                 await parts.expiry_topic.send(
                     key=query_id.encode(), value=b"", partition=items[0].partition
                 )

@@ -13,6 +13,7 @@ from typing import Any
 from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.faust_edge import Edge
+from scorer.stream.placement import Misplaced
 from scorer.stream.telemetry import Telemetry
 
 
@@ -54,7 +55,9 @@ class StreamParts:
     rollup_table: Any
     run_queries_table: Any
     seen_table: Any
+    misplaced: Misplaced
     parked: ParkedCount = field(default_factory=ParkedCount)
     pending: run_state.PendingRollups = field(default_factory=run_state.PendingRollups)
-    expiring: set[str] = field(default_factory=set)
-    """Queries whose expiry command is on its way (sent once until handled)."""
+    expiring: dict[str, float] = field(default_factory=dict)
+    """Queries whose expiry command is on its way, and when it was sent (epoch seconds;
+    sent again if the query is still parked long after)."""

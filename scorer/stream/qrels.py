@@ -26,6 +26,14 @@ def register(parts: StreamParts) -> None:
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()
             message = event.message
+            home = parts.misplaced.home_if_misplaced(message.partition, message.key)
+            if home is not None:
+                rerouted = parts.misplaced.reroute(
+                    message.topic, message.partition, message.offset, message.key,
+                    message.value, message.headers, home,
+                )  # fmt: skip
+                await edge.send(rerouted, message)
+                continue
             if message.value is None:
                 if message.key is not None:
                     qrels_table.pop(message.key.decode("utf-8", "replace"), None)

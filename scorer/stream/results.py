@@ -119,7 +119,17 @@ class ResultBatches:
         outputs: list[Output] = []
         parked: dict[str, list[events.ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
+        misplaced = parts.misplaced
         for record in records:
+            home = misplaced.home_if_misplaced(tp.partition, record.key)
+            if home is not None:
+                outputs.append(
+                    misplaced.reroute(
+                        tp.topic, tp.partition, record.offset, record.key, record.value,
+                        record.headers, home,
+                    )
+                )  # fmt: skip
+                continue
             try:
                 result = events.decode_keyed(events.decode_result, record.key, record.value)
             except events.RejectedEvent as error:

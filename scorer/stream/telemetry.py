@@ -12,6 +12,9 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
 - ``scorer_parked_results``: results waiting for their qrels now (gauge), and
   ``scorer_parked_total``: results that ever entered parking.
 - ``scorer_inputs_total{topic}``: events consumed, ``topic`` in results, qrels.
+- ``scorer_misplaced_total{topic}``: input records read from a partition other
+  than their key's home (another partitioner than murmur2's): each is rerouted
+  to its home partition and consumed again there (``scorer.stream.placement``).
 - ``scorer_qrels_total{outcome}``: golden-set events, outcome in stored,
   deleted, deadletter. ``scorer_judged_queries``: queries in this worker's table.
 - ``scorer_deadletters_total{topic, error}``: dead letters by input and error class.
@@ -38,7 +41,7 @@ each facet keeps at most ``max_values`` distinct values; the rest are
 observed as ``other``. Run ids never become labels.
 
 Invariant, per worker: results consumed = scored + unjudged + deadletter +
-duplicate + parked now.
+duplicate + misplaced (results) + parked now.
 """
 
 from __future__ import annotations
@@ -308,6 +311,13 @@ class Telemetry:
         self.inputs = Counter(
             "scorer_inputs", "Events consumed, by input.", ("topic",), registry=self.registry
         )
+        self.misplaced = Counter(
+            "scorer_misplaced",
+            "Input records read from a partition other than their key's home "
+            "(murmur2): rerouted there, and consumed again there.",
+            ("topic",),
+            registry=self.registry,
+        )
         self.qrels = Counter(
             "scorer_qrels", "Golden-set events by outcome.", ("outcome",), registry=self.registry
         )
@@ -357,6 +367,7 @@ class Telemetry:
             self.qrels.labels(outcome)
         for topic in ("results", "qrels"):
             self.inputs.labels(topic)
+            self.misplaced.labels(topic)
 
     def observe_scored(
         self, values: MetricValues, facets: Mapping[str, str], confidence: float | None = None
