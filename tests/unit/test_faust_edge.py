@@ -899,3 +899,38 @@ def test_a_batch_that_cannot_be_decoded_stops_its_partition_alone_with_one_line(
     assert len(lines) == 1
     assert lines[0].startswith("results/0: the record batch at offset 7 cannot be decoded")
     assert "lz4" in lines[0] and "cramjam" in lines[0] and "\n" not in lines[0]
+
+
+class StandInMessage(SimpleNamespace):
+    __hash__ = object.__hash__  # Faust keeps unacked messages in a set
+
+
+def message_of(generation: int, offset: int) -> StandInMessage:
+    return StandInMessage(
+        acked=False, tp=RESULTS[0], topic="results", offset=offset, generation_id=generation
+    )
+
+
+def test_under_at_least_once_an_event_of_an_earlier_generation_is_not_acked() -> None:
+    consumer, _ = stand_in_consumer()
+    consumer.gate = OpenGate()
+    consumer._unacked_messages = set()
+    consumer._waiting_for_ack = None
+    consumer.app.consumer_generation_id = 2
+    old = message_of(1, 87)  # in hand when the rebalance began
+    consumer._unacked_messages.add(old)
+    assert consumer.ack(old) is False
+    assert consumer._acked[RESULTS[0]] == []
+    assert not consumer._unacked_messages
+    assert consumer.ack(message_of(2, 80)) is True
+    assert consumer._acked[RESULTS[0]] == [80]
+
+
+def test_under_exactly_once_every_ack_is_fausts() -> None:
+    consumer, _ = stand_in_consumer()
+    consumer.gate = StandInGate()
+    consumer._unacked_messages = set()
+    consumer._waiting_for_ack = None
+    consumer.app.consumer_generation_id = 2
+    assert consumer.ack(message_of(1, 87)) is True
+    assert consumer._acked[RESULTS[0]] == [87]

@@ -506,6 +506,26 @@ class GuardedConsumer(AIOKafkaConsumer):
                 committed = await self.gate.end_transactions() or committed
             return committed
 
+    def ack(self, message: Any) -> bool:
+        """Faust's ack, but under at-least-once not of a message of an earlier
+        generation: an agent's event still in hand when a rebalance began is acked when
+        it is done, by then in the new generation, whose reading started at the
+        committed offset. Booked, it would let the next commit pass offsets this
+        generation never handed over (the ledger's alarm, "past what this worker
+        handed over": seen on the parking-expiry topic); not booked, the event is
+        read again from the committed offset, as at-least-once allows. (Under
+        exactly_once no event is in hand across a rebalance: ``Transactions``.)"""
+        generation = message.generation_id
+        if (
+            generation is not None
+            and generation != self.app.consumer_generation_id
+            and not self.gate.holds_commits
+        ):
+            message.acked = True
+            self._unacked_messages.discard(message)  # no stop waits for it (wait_empty)
+            return False
+        return super().ack(message)
+
     def _new_offset(self, tp: TP) -> int | None:
         acked = self._acked[tp]
         ledger = self.ledger.partitions.get(tp)
