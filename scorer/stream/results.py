@@ -75,7 +75,7 @@ def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
         return []
     return [
         Output(settings.rollup_topic, run_key, value, source=TP(source.topic, source.partition))
-        for source, run_key, value in pending.drain()
+        for source, run_key, value in pending.drain(settings.producer_max_request_size)
     ]
 
 
