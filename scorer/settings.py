@@ -30,6 +30,11 @@ CONFIDENCE_EDGES = tuple(round(0.05 * step, 2) for step in range(1, 21))
 0.05 to 1.0 (then +Inf), for a confidence that is a probability or a cosine; other
 scales set ``SCORER_RISK_CONFIDENCE_EDGES``."""
 
+PARKED_RECORD_MARGIN = 16_384
+"""Bytes of a parked-table changelog record besides its value (the parked list): the
+key (a queryId, at most 256 characters, 1 KiB in UTF-8), the record and batch overhead
+aiokafka counts (82 bytes), and room for headers."""
+
 DEFAULT_STATE_DIR = Path(".scorer")
 BOOTSTRAP_FILE = Path("kafka") / "bootstrap"
 
@@ -104,6 +109,16 @@ class Settings(BaseSettings):
 
     parking_ttl_seconds: float = Field(300.0, gt=0)
     parking_max_per_query: int = Field(100, ge=1)
+    parking_max_bytes_per_query: int = Field(
+        900_000,
+        ge=1024,
+        description=(
+            "The most bytes of results parked for one query (its parked list, as its "
+            "changelog record carries it): the oldest are evicted first, as unjudged; a "
+            "result larger than this alone is never parked. At most "
+            "SCORER_PRODUCER_MAX_REQUEST_SIZE - 16384, so the record always fits."
+        ),
+    )
     parking_max_total: int = Field(100_000, ge=1)
 
     rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
@@ -171,6 +186,17 @@ class Settings(BaseSettings):
         ),
     )
 
+    producer_max_request_size: int = Field(
+        1_048_588,
+        ge=65_536,
+        description=(
+            "The largest record (bytes, as aiokafka counts it) the worker's producer sends; "
+            "the default is the broker's default message.max.bytes. Keep it at most the "
+            "max.message.bytes of the topics the worker writes. A dead letter that would "
+            "be larger is truncated, with headers saying so (docs/operations.md)."
+        ),
+    )
+
     facet_allowlist: tuple[str, ...] = ("type", "popularity", "dynamism")
     facet_max_values: int = Field(20, ge=1, le=1000)
     risk_confidence_edges: tuple[float, ...] = Field(
@@ -198,6 +224,17 @@ class Settings(BaseSettings):
         if not (value.startswith("memory://") or value.startswith("rocksdb://")):
             raise ValueError(f"store must be memory:// or rocksdb://, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _parked_list_fits_a_record(self) -> Settings:
+        room = self.producer_max_request_size - PARKED_RECORD_MARGIN
+        if self.parking_max_bytes_per_query > room:
+            raise ValueError(
+                f"parking_max_bytes_per_query {self.parking_max_bytes_per_query} must be at "
+                f"most producer_max_request_size - {PARKED_RECORD_MARGIN} = {room}, or a "
+                "query's parked list would not fit its changelog record"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> Settings:

@@ -55,11 +55,23 @@ class PartitionOffsets:
     """The high watermark: the offset the next record written will get."""
     committed: int | None
     """The group's committed offset (the next record it will read); None: none committed."""
+    unread: int | None = None
+    """Records a read_committed consumer still gets from ``committed`` on, transaction
+    markers (and aborted records) left out (:func:`_unread_records`); None: not
+    counted, the lag is then ``end - committed``."""
 
     @property
     def lag(self) -> int | None:
-        """Records the group has yet to read here; None when it committed nothing."""
-        return None if self.committed is None else max(0, self.end - self.committed)
+        """Records the group has yet to read here; None when it committed nothing.
+
+        A transaction's commit marker takes an offset no consumer ever gets: a group
+        caught up on a transactional producer's records has ``end - committed`` 1
+        (more with several producers), but a lag of 0."""
+        if self.committed is None:
+            return None
+        if self.unread is not None:
+            return self.unread
+        return max(0, self.end - self.committed)
 
 
 @dataclass(frozen=True)
@@ -272,13 +284,24 @@ async def _describe_topics(
         await admin.close()
     partitions = [TopicPartition(name, p) for name in present for p in range(counts[name])]
     ends = await _end_offsets(options, partitions) if partitions else {}
+    behind = {
+        tp: committed[(tp.topic, tp.partition)]
+        for tp in partitions
+        if (tp.topic, tp.partition) in committed and committed[(tp.topic, tp.partition)] < ends[tp]
+    }
+    unread = await _unread_records(options, behind) if behind else {}
     return [
         TopicReport(
             name,
             exists=name in counts,
             cleanup_policy=policies.get(name, ""),
             partitions=[
-                PartitionOffsets(p, ends[TopicPartition(name, p)], committed.get((name, p)))
+                PartitionOffsets(
+                    p,
+                    ends[TopicPartition(name, p)],
+                    committed.get((name, p)),
+                    unread.get(TopicPartition(name, p)),
+                )
                 for p in range(counts.get(name, 0))
             ],
         )
@@ -296,3 +319,116 @@ async def _end_offsets(
         return dict(await consumer.end_offsets(partitions))
     finally:
         await consumer.stop()
+
+
+EXACT_SPAN = 1000
+"""Offsets past the committed one read to count the unread records exactly; a larger
+backlog is counted from its first readable record to its last."""
+
+TAIL_SPAN = 64
+"""Offsets below the last stable offset read first to find the last readable record
+(more, eight times as many each time, while none is found)."""
+
+
+async def _unread_records(
+    options: Mapping[str, object], committed: Mapping[TopicPartition, int], timeout: float = 10.0
+) -> dict[TopicPartition, int]:
+    """Per partition of ``committed`` (a group's committed offsets), the records a
+    read_committed consumer still gets from there: transaction markers and aborted
+    records take offsets but are never delivered, so the end offset overstates it.
+
+    A backlog of at most :data:`EXACT_SPAN` offsets below the last stable offset is
+    read and counted; a larger one is the span from its first readable record to
+    the offset after its last (found reading back from the last stable offset), the
+    markers inside it counted. A partition not read within ``timeout`` seconds is
+    left out (its lag is then ``end - committed``)."""
+    consumer = AIOKafkaConsumer(
+        **options,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        stable = await consumer.end_offsets(list(committed))
+        deadline = asyncio.get_running_loop().time() + timeout
+        unread = {tp: 0 for tp in committed if committed[tp] >= stable[tp]}
+        behind = {tp: committed[tp] for tp in committed if tp not in unread}
+        head = await _read_span(
+            consumer,
+            {tp: (start, min(stable[tp], start + EXACT_SPAN)) for tp, start in behind.items()},
+            deadline,
+        )
+        large: dict[TopicPartition, int] = {}
+        for tp, start in behind.items():
+            if tp not in head:
+                continue
+            count, first, _ = head[tp]
+            if stable[tp] <= start + EXACT_SPAN:
+                unread[tp] = count
+            else:
+                large[tp] = start if first is None else first
+        span = TAIL_SPAN
+        stops = {tp: stable[tp] for tp in large}
+        while large:
+            starts = {tp: max(first, stops[tp] - span) for tp, first in large.items()}
+            tail = await _read_span(
+                consumer, {tp: (starts[tp], stops[tp]) for tp in large}, deadline
+            )
+            still: dict[TopicPartition, int] = {}
+            for tp, first in large.items():
+                if tp not in tail:
+                    continue
+                last = tail[tp][2]
+                if last is not None:
+                    unread[tp] = last + 1 - first
+                elif starts[tp] <= first:
+                    unread[tp] = 0
+                else:
+                    still[tp] = first
+                    stops[tp] = starts[tp]
+            large = still
+            span *= 8
+        return unread
+    finally:
+        await consumer.stop()
+
+
+async def _read_span(
+    consumer: AIOKafkaConsumer,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    deadline: float,
+) -> dict[TopicPartition, tuple[int, int | None, int | None]]:
+    """``(count, first offset, last offset)`` of the records ``consumer`` gets in each
+    partition's span ``[start, stop)``; partitions whose position does not reach
+    ``stop`` by ``deadline`` (the loop's clock) are left out. Markers are skipped by
+    the consumer, but its position moves past them."""
+    if not spans:
+        return {}
+    consumer.assign(list(spans))
+    for tp, (start, _) in spans.items():
+        consumer.seek(tp, start)
+    found: dict[TopicPartition, list[int | None]] = {tp: [0, None, None] for tp in spans}
+    waiting = set(spans)
+    loop = asyncio.get_running_loop()
+    while waiting and loop.time() < deadline:
+        for tp in list(waiting):
+            if await consumer.position(tp) >= spans[tp][1]:
+                waiting.discard(tp)
+        if not waiting:
+            break
+        fetched = await consumer.getmany(*waiting, timeout_ms=200)
+        for tp, records in fetched.items():
+            stop = spans[tp][1]
+            state = found[tp]
+            for record in records:
+                if record.offset < stop:
+                    state[0] = int(state[0] or 0) + 1
+                    state[1] = record.offset if state[1] is None else state[1]
+                    state[2] = record.offset
+    return {
+        tp: (int(count or 0), first, last)
+        for tp, (count, first, last) in found.items()
+        if tp not in waiting
+    }

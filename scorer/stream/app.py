@@ -87,6 +87,9 @@ def create_app(settings: Settings) -> Scorer:
         # Changelog records (run states) are kilobytes: 16 KiB batches (Faust's default)
         # meant a produce round trip for every one or two of them.
         producer_max_batch_size=1 << 20,
+        # Faust's default (1,000,000) is below the broker's message.max.bytes; records
+        # are fitted to this limit before they are sent (scorer.stream.limits).
+        producer_max_request_size=settings.producer_max_request_size,
         topic_allow_declare=True,
         autodiscover=False,
     )

@@ -185,13 +185,36 @@ def parked_items(stored: Iterable[Sequence[Any]] | None) -> list[ParkedItem]:
     return [ParkedItem(*item) for item in stored or ()]
 
 
+def parked_item_size(item: ParkedItem) -> int:
+    """Bytes of ``item`` in its query's parked list as the ``parked`` table's changelog
+    carries it (a JSON array, as Faust's json codec writes it: orjson, UTF-8)."""
+    return len(orjson.dumps(list(item)))
+
+
+def parked_list_size(sizes: Sequence[int]) -> int:
+    """Bytes of a parked list (the changelog value) whose items have ``sizes``: the
+    items, a comma between each two, and the brackets."""
+    return sum(sizes) + max(0, len(sizes) - 1) + 2
+
+
+def _size_bound(item: ParkedItem) -> int:
+    """At least :func:`parked_item_size` of ``item``, without encoding it: a character
+    of a JSON string takes at most 6 bytes (``\\u00XX``), the rest at most 64."""
+    return 6 * (len(item.raw) + len(item.result_id)) + 64
+
+
 @dataclass(frozen=True, slots=True)
 class ParkDecision:
-    """Where a result without qrels goes: the new parked list, and what was pushed out."""
+    """Where a result without qrels goes: the new parked list, and what was pushed out.
+
+    ``added`` is False for a result already parked (``oversized`` False: a duplicate)
+    and for one that alone is over the byte bound (``oversized`` True: it ends
+    unjudged, never parked)."""
 
     parked: list[ParkedItem]
     evicted: list[ParkedItem]
     added: bool = True
+    oversized: bool = False
 
 
 def park(
@@ -201,20 +224,39 @@ def park(
     now: float,
     max_per_query: int,
     partition: int,
+    max_bytes: int | None = None,
 ) -> ParkDecision:
-    """Append a result to its query's parked list, keeping at most ``max_per_query``.
+    """Append a result to its query's parked list, keeping at most ``max_per_query``
+    items and, when ``max_bytes`` is set, a list of at most ``max_bytes`` bytes as the
+    table's changelog carries it (:func:`parked_list_size`: one changelog record per
+    query must fit the producer's request size).
 
-    When the list is full the oldest item is evicted (it ends as unjudged, never
-    silently). A result already parked (redelivered after a crash) is not parked
-    twice.
+    When the list is over either bound the oldest items are evicted, as few as
+    bring it within both (they end as unjudged, never silently). A result already
+    parked (redelivered after a crash) is not parked twice; a result whose list of
+    one would be over ``max_bytes`` is not parked at all (``oversized``).
     """
     if any(item.result_id == result_id for item in parked):
         return ParkDecision(parked=parked, evicted=[], added=False)
-    items = [*parked, ParkedItem(result_id, now, raw.decode(), partition)]
-    overflow = len(items) - max_per_query
-    if overflow > 0:
-        return ParkDecision(parked=items[overflow:], evicted=items[:overflow])
-    return ParkDecision(parked=items, evicted=[])
+    new = ParkedItem(result_id, now, raw.decode(), partition)
+    if (
+        max_bytes is not None
+        and _size_bound(new) + 2 > max_bytes
+        and parked_list_size([parked_item_size(new)]) > max_bytes
+    ):
+        return ParkDecision(parked=parked, evicted=[], added=False, oversized=True)
+    items = [*parked, new]
+    evict = max(0, len(items) - max_per_query)
+    kept = items[evict:]
+    if max_bytes is not None and parked_list_size([_size_bound(i) for i in kept]) > max_bytes:
+        sizes = [parked_item_size(item) for item in kept]
+        total = parked_list_size(sizes)
+        for size in sizes:
+            if total <= max_bytes:
+                break
+            total -= size + 1
+            evict += 1
+    return ParkDecision(parked=items[evict:], evicted=items[:evict])
 
 
 def split_expired(

@@ -18,7 +18,7 @@ from typing import Any
 from faust.types import TP
 
 from schemas import RetrievalResult
-from scorer.stream import events, run_state
+from scorer.stream import events, limits, run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 
@@ -75,7 +75,7 @@ def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
         return []
     return [
         Output(settings.rollup_topic, run_key, value, source=TP(source.topic, source.partition))
-        for source, run_key, value in pending.drain()
+        for source, run_key, value in pending.drain(settings.producer_max_request_size)
     ]
 
 
@@ -90,14 +90,18 @@ def deadletter_output(
     value: bytes | None,
     headers: Any,
 ) -> Output:
-    """The dead letter of an input record, with the reason in its headers (counted)."""
+    """The dead letter of an input record, with the reason in its headers (counted);
+    truncated, with headers saying so, when it would not fit the producer's request
+    size (``limits.fit_deadletter``)."""
     parts.telemetry.count_deadletter(input_name, error.error_class)
-    return Output(
-        parts.settings.deadletter_topic,
+    letter = limits.fit_deadletter(
         key,
         value,
-        events.deadletter_headers(error, topic, partition, offset, list(headers or [])),
+        list(headers or []),
+        events.deadletter_headers(error, topic, partition, offset),
+        parts.settings.producer_max_request_size,
     )
+    return Output(parts.settings.deadletter_topic, letter.key, letter.value, letter.headers)
 
 
 class ResultBatches:
@@ -179,10 +183,14 @@ class ResultBatches:
         if current is None:
             current = events.parked_items(self.parked_out.get(query_id))
         decision = events.park(
-            current, raw, result.result_id, now, settings.parking_max_per_query, partition
-        )
+            current, raw, result.result_id, now, settings.parking_max_per_query, partition,
+            settings.parking_max_bytes_per_query,
+        )  # fmt: skip
         if not decision.added:
-            telemetry.results.labels("duplicate").inc()
+            if decision.oversized:
+                telemetry.count_unjudged()
+            else:
+                telemetry.results.labels("duplicate").inc()
             return
         parked[query_id] = decision.parked
         telemetry.parked_total.inc()

@@ -36,6 +36,7 @@ import orjson
 from scorer.metrics import MetricValues
 from scorer.risk_sketch import RiskSketch
 from scorer.rollup import RunRollup
+from scorer.stream.limits import split_rows
 
 
 class SourcePosition(NamedTuple):
@@ -154,11 +155,21 @@ class PendingRollups:
         one ``max_seconds`` old (``now`` on the clock :meth:`add` was given)."""
         return self.size > 0 and (self.size >= max_size or now - self.since >= max_seconds)
 
-    def drain(self) -> list[tuple[SourcePosition, bytes, bytes]]:
-        records = [
-            (SourcePosition(*rows[0][:4]), run_key, orjson.dumps(rows))
-            for (_, _, run_key), rows in self._groups.items()
-        ]
+    def drain(
+        self, max_request_size: int | None = None
+    ) -> list[tuple[SourcePosition, bytes, bytes]]:
+        """Everything pending, as records to send, and nothing pending after. With
+        ``max_request_size``, a group too large for one record of that size is split
+        into several, in input order (``limits.split_rows``), each with the group's
+        source: a run's rows of many long ids and facets reach megabytes."""
+        records = []
+        for (_, _, run_key), rows in self._groups.items():
+            source = SourcePosition(*rows[0][:4])
+            if max_request_size is None:
+                records.append((source, run_key, orjson.dumps(rows)))
+                continue
+            for value in split_rows(rows, run_key, max_request_size):
+                records.append((source, run_key, value))
         self._groups = {}
         self.size = 0
         return records

@@ -448,3 +448,54 @@ def test_every_result_counts_once_under_any_interleaving_of_batches_flushes_and_
         return
     assert tables.count() == len(distinct)
     assert tables.ndcg() == pytest.approx(sum(map(ndcg_of, distinct)) / len(distinct))
+
+
+def long_contribution(offset: int) -> Contribution:
+    """A contribution at the schema's bounds: 256-character ids, 32 facets (16 of the
+    golden set, 16 of the result) of 64-character keys and 128-character values."""
+    facets = {f"{i:02d}" + "k" * 62: "v" * 128 for i in range(32)}
+    return Contribution(
+        SourcePosition("retrieval.results", 1, offset), f"{offset:0256d}", "q" * 256,
+        [0.25] * 5, facets, 0.5,
+    )  # fmt: skip
+
+
+def test_a_group_too_large_for_one_record_is_split_in_input_order_and_folds_the_same() -> None:
+    from scorer.stream import limits
+
+    limit = 1_048_588
+    whole, split = PendingRollups(), PendingRollups()
+    items = [long_contribution(offset) for offset in range(999)]  # 500 + 499 pending at most
+    for item in items:
+        whole.add(b"run-a", item)
+        split.add(b"run-a", item)
+    [(_, _, one)] = whole.drain()
+    assert len(one) > 6_000_000  # what was sent as one record before
+    records = split.drain(limit)
+    assert len(records) == 7
+    budget = limit - limits.SIZE_MARGIN
+    assert all(limits.record_size(b"run-a", value, []) <= budget for _, _, value in records)
+    assert {source for source, _, _ in records} == {items[0].position}
+    decoded = [c for _, _, value in records for c in run_state.decode_contributions(value)]
+    assert decoded == items
+
+    def fold(values: list[bytes]) -> dict[str, Any]:
+        batch = RunBatch(lambda key: None, lambda key: None, max_queries=10)
+        for value in values:
+            for row in orjson.loads(value):
+                batch.add_row(b"run-a", row)
+        return batch.finish("t")[b"run-a"]
+
+    assert fold([value for _, _, value in records]) == fold([one])
+
+
+def test_a_contribution_at_the_schemas_bounds_fits_the_smallest_request_size() -> None:
+    """SCORER_PRODUCER_MAX_REQUEST_SIZE is at least 65,536: any one contribution fits."""
+    from scorer.stream import limits
+
+    row = long_contribution(10**12).to_wire()
+    row[5] = row[4] = "\x01" * 256  # escaped in JSON as \u0001: 6 bytes a character
+    row[7] = {f"{i:02d}" + "\x01" * 62: "\x01" * 128 for i in range(32)}
+    assert len(orjson.dumps(row)) > 39_000
+    [value] = limits.split_rows([row], b"r" * 256, 65_536)
+    assert orjson.loads(value) == [row]

@@ -91,3 +91,26 @@ def test_an_unknown_scorer_variable_stops_the_worker_with_one_line(
     assert result.output.strip().splitlines() == [
         "Error: unknown setting SCORER_PARTITONS (did you mean SCORER_PARTITIONS?)"
     ]
+
+
+def test_size_limits_default_to_the_brokers_message_size_with_parking_below(monkeypatch):
+    settings = Settings()
+    assert settings.producer_max_request_size == 1_048_588
+    assert settings.parking_max_bytes_per_query == 900_000
+    monkeypatch.setenv("SCORER_PRODUCER_MAX_REQUEST_SIZE", "2000000")
+    monkeypatch.setenv("SCORER_PARKING_MAX_BYTES_PER_QUERY", "1983616")  # 2,000,000 - 16,384
+    settings = load_settings()
+    assert (settings.producer_max_request_size, settings.parking_max_bytes_per_query) == (
+        2_000_000,
+        1_983_616,
+    )
+
+
+def test_a_parking_bound_that_would_not_fit_a_record_fails_with_one_line(monkeypatch):
+    monkeypatch.setenv("SCORER_PRODUCER_MAX_REQUEST_SIZE", "500000")
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "parking_max_bytes_per_query 900000 must be at most" in message
+    assert "= 483616" in message

@@ -176,3 +176,73 @@ def test_scored_at_is_the_time_given_as_a_datetime_or_as_its_iso_text():
     from_text = orjson.loads(events.score_result(result(), entry, 10, at.isoformat()).payload)
     assert from_datetime["scoredAt"] == from_text["scoredAt"] == "2026-03-04T05:06:07.890000+00:00"
     assert from_datetime == from_text
+
+
+def parked_of(raws: list[bytes], max_bytes: int | None, max_per_query: int = 100):
+    """Park ``raws`` in turn (result ids r0, r1, ...); the decisions made."""
+    parked: list = []
+    decisions = []
+    for i, raw in enumerate(raws):
+        decision = events.park(parked, raw, f"r{i}", float(i), max_per_query, 0, max_bytes)
+        parked = decision.parked
+        decisions.append(decision)
+    return decisions
+
+
+def changelog_size(parked: list) -> int:
+    """Bytes of the parked list as Faust's json codec writes it to the changelog."""
+    from faust.utils import json as faust_json
+
+    return len(faust_json.dumps(parked))
+
+
+def test_the_parked_list_size_is_its_changelog_value_size():
+    parked = parked_of([b'{"a": "\xc3\xa9\\n"}', b'{"b": 1}', b"{}"], max_bytes=None)[-1].parked
+    sizes = [events.parked_item_size(item) for item in parked]
+    assert events.parked_list_size(sizes) == changelog_size(parked)
+    assert events.parked_list_size([]) == 2
+
+
+def test_parking_is_bounded_per_query_in_bytes_and_evicts_the_oldest_first():
+    raw = b'{"x": "' + b"a" * 400_000 + b'"}'
+    _, second, third = parked_of([raw, raw, raw], max_bytes=900_000)
+    assert [item.result_id for item in second.parked] == ["r0", "r1"]
+    assert second.evicted == []
+    # Three would be 1.2 MB: the oldest goes, as unjudged.
+    assert [item.result_id for item in third.parked] == ["r1", "r2"]
+    assert [item.result_id for item in third.evicted] == ["r0"]
+    assert third.added and not third.oversized
+    assert changelog_size(third.parked) <= 900_000
+
+
+def test_the_byte_bound_holds_at_the_exact_boundary():
+    raw = b'{"x": "' + b"a" * 1000 + b'"}'
+    two = parked_of([raw, raw], max_bytes=None)[-1].parked
+    exact = changelog_size(two)
+    kept = parked_of([raw, raw], max_bytes=exact)[-1]
+    assert (len(kept.parked), kept.evicted) == (2, [])
+    cut = parked_of([raw, raw], max_bytes=exact - 1)[-1]
+    assert [item.result_id for item in cut.parked] == ["r1"]
+    assert [item.result_id for item in cut.evicted] == ["r0"]
+
+
+def test_a_result_larger_than_the_byte_bound_alone_is_never_parked():
+    small = b'{"x": 1}'
+    big = b'{"x": "' + b"a" * 2000 + b'"}'
+    one_big = parked_of([big], max_bytes=None)[-1].parked
+    limit = changelog_size(one_big)
+    fits = parked_of([big], max_bytes=limit)[-1]
+    assert fits.added and [item.result_id for item in fits.parked] == ["r0"]
+    decisions = parked_of([small, big], max_bytes=limit - 1)
+    refused = decisions[-1]
+    assert (refused.added, refused.oversized) == (False, True)
+    assert refused.evicted == []
+    # What was parked stays parked.
+    assert [item.result_id for item in refused.parked] == ["r0"]
+
+
+def test_the_count_and_byte_bounds_apply_together():
+    raw = b'{"x": "' + b"a" * 100 + b'"}'
+    decisions = parked_of([raw] * 5, max_bytes=10_000, max_per_query=3)
+    assert [item.result_id for item in decisions[-1].parked] == ["r2", "r3", "r4"]
+    assert [item.result_id for item in decisions[-1].evicted] == ["r1"]
