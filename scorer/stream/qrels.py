@@ -10,9 +10,26 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scorer.stream import events, run_state
+import orjson
+
+from scorer.stream import events, limits, run_state
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import deadletter_output, rollup_outputs, scored_output
+
+
+def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size: int) -> None:
+    """A golden query whose table entry would not fit in one changelog record (a query
+    can hold 10,000 relevant ids of 256 characters: 2.7 MB) is refused, as a dead
+    letter; stored, its changelog write would stop the worker on every restart."""
+    size = limits.record_size(key, orjson.dumps(entry), [])
+    budget = max_request_size - limits.SIZE_MARGIN
+    if size > budget:
+        raise events.RejectedEvent(
+            "EntryTooLarge",
+            f"the golden query's table entry is {size} bytes, over the {budget} bytes a "
+            "changelog record may take (SCORER_PRODUCER_MAX_REQUEST_SIZE): split its "
+            "judgments or raise the broker's and the worker's limits",
+        )
 
 
 def register(parts: StreamParts) -> None:
@@ -41,6 +58,8 @@ def register(parts: StreamParts) -> None:
                 continue
             try:
                 golden = events.decode_keyed(events.decode_golden, message.key, message.value)
+                entry = events.golden_entry(golden)
+                check_entry_fits(message.key, entry, parts.settings.producer_max_request_size)
             except events.RejectedEvent as error:
                 output = deadletter_output(
                     parts, error, "qrels", message.topic, message.partition, message.offset,
@@ -48,7 +67,6 @@ def register(parts: StreamParts) -> None:
                 )  # fmt: skip
                 await edge.send(output, message)
                 continue
-            entry = events.golden_entry(golden)
             qrels_table[golden.query_id] = entry
             telemetry.qrels.labels("stored").inc()
             waiting = events.parked_items(parked_table.pop(golden.query_id, None))

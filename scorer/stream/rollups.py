@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from scorer.stream import run_state
+from scorer.stream import limits, run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import rollup_outputs
@@ -87,8 +87,11 @@ def register(parts: StreamParts) -> None:
         for key, entry in batch.queries.items():
             queries_out.set(key, entry, partition, outputs)
         if batch.seen:
-            key = run_state.seen_block_key(partition, records[0].offset, time.time_ns())
-            seen_out.set(key, seen.add(partition, key, now, batch.seen), partition, outputs)
+            now_ns = time.time_ns()
+            budget = settings.producer_max_request_size - limits.SIZE_MARGIN - 1024
+            for n, block in enumerate(run_state.seen_blocks(batch.seen, budget)):
+                key = run_state.seen_block_key(partition, records[0].offset, now_ns + n)
+                seen_out.set(key, seen.add(partition, key, now, block), partition, outputs)
         for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():
             rollups_out.set(key, state, partition, outputs)
         if batch.duplicates:

@@ -369,6 +369,24 @@ class SeenIndex:
         return keys
 
 
+def seen_blocks(entries: Mapping[str, SeenEntry], budget: int) -> list[dict[str, SeenEntry]]:
+    """A batch's new seen entries as blocks whose stored value stays within ``budget``
+    bytes (a block is one changelog record: a batch of the rollup topic can bring
+    hundreds of thousands of contributions), in their order."""
+    blocks: list[dict[str, SeenEntry]] = [{}]
+    size = 0
+    for seen_key, entry in entries.items():
+        # As the block stores it: JSON of [seenKey, stream, offset, seq] (escapes
+        # counted), a comma, and room for the block's own fields.
+        entry_size = len(orjson.dumps([seen_key, entry.stream, entry.offset, entry.seq])) + 1
+        if blocks[-1] and size + entry_size > budget - 64:
+            blocks.append({})
+            size = 0
+        blocks[-1][seen_key] = entry
+        size += entry_size
+    return blocks
+
+
 def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
     """Table key of a block: the rollup partition and first offset of its batch, and
     the time, so that a batch folded again (redelivered) writes a block of its own."""

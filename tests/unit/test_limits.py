@@ -8,6 +8,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.producer import AIOKafkaProducer
 
 from scorer.stream import events, limits
+from scorer.stream.qrels import check_entry_fits
 
 LIMIT = 1_048_588
 BUDGET = LIMIT - limits.SIZE_MARGIN
@@ -168,3 +169,25 @@ def test_rows_split_at_the_exact_budget() -> None:
 def test_a_single_row_larger_than_a_record_is_an_error_naming_the_setting() -> None:
     with pytest.raises(ValueError, match="SCORER_PRODUCER_MAX_REQUEST_SIZE"):
         limits.split_rows(rows(2, 100_000), b"run-1", 65_536)
+
+
+def golden_entry_of(judged: int) -> tuple[bytes, dict]:
+    golden = events.decode_golden(
+        orjson.dumps(
+            {"queryId": "q", "qrels": {f"{n:06d}" + "d" * 250: 3 for n in range(judged)}}
+        )
+    )
+    return b"q", events.golden_entry(golden)
+
+
+def test_a_golden_query_whose_table_entry_cannot_fit_a_changelog_record_is_refused() -> None:
+    key, entry = golden_entry_of(10_000)  # the schema's bound: 2.6 MB as a table entry
+    with pytest.raises(events.RejectedEvent, match="table entry is .* bytes, over the"):
+        check_entry_fits(key, entry, 1_048_588)
+    key, small = golden_entry_of(3_000)  # under 1 MB: stored
+    check_entry_fits(key, small, 1_048_588)
+    size = limits.record_size(key, orjson.dumps(small), [])
+    check_entry_fits(key, small, size + limits.SIZE_MARGIN)  # exactly at the budget
+    with pytest.raises(events.RejectedEvent) as refused:
+        check_entry_fits(key, small, size + limits.SIZE_MARGIN - 1)
+    assert refused.value.error_class == "EntryTooLarge"

@@ -499,3 +499,21 @@ def test_a_contribution_at_the_schemas_bounds_fits_the_smallest_request_size() -
     assert len(orjson.dumps(row)) > 39_000
     [value] = limits.split_rows([row], b"r" * 256, 65_536)
     assert orjson.loads(value) == [row]
+
+
+def test_a_batchs_seen_entries_are_stored_in_blocks_that_fit_a_record() -> None:
+    entries = {
+        run_state.query_key("r" * 256, f"{n:05d}" + "x" * 250): run_state.SeenEntry(
+            "results/0", n, 0, 10.0, 1
+        )
+        for n in range(5000)
+    }
+    index = run_state.SeenIndex()
+    blocks = run_state.seen_blocks(entries, 1_000_000)
+    assert len(blocks) > 1
+    assert [key for block in blocks for key in block] == list(entries)
+    for n, block in enumerate(blocks):
+        stored = index.add(1, f"1:0:{n}", 10.0, block)
+        assert len(orjson.dumps(stored)) <= 1_000_000
+    assert len(index) == 5000 and index.get(next(iter(entries))) == entries[next(iter(entries))]
+    assert run_state.seen_blocks({}, 1000) == [{}]
