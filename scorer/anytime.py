@@ -98,9 +98,7 @@ def _root(count: np.ndarray, total: np.ndarray, squares: np.ndarray, threshold: 
     return np.where(rejected_at_bottom, high, -1.0)
 
 
-def rejects(
-    count: Any, total: Any, squares: Any, mean: Any, alpha: float = ALPHA
-) -> np.ndarray:
+def rejects(count: Any, total: Any, squares: Any, mean: Any, alpha: float = ALPHA) -> np.ndarray:
     """Whether the sequence excludes ``mean`` (values in [-1, 1]): the same verdict as
     ``mean`` outside :func:`bounds`, from the wealth at ``mean`` alone (no bisection),
     elementwise over arrays (the simulations read a sequence at every step)."""
