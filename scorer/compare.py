@@ -8,16 +8,44 @@
   their mean scores; its mean, a Student's t interval, and how many queries
   ``b`` won, lost and tied. Pairing removes the spread between queries (easy
   vs hard), so it detects smaller real differences than the unpaired interval.
+
+``ci95`` intervals are fixed-horizon: valid for one look at a sample size fixed in
+advance. Beside each, ``anytime95`` is an anytime-valid confidence sequence
+(:mod:`scorer.anytime`), valid however often it is read while the runs grow:
+
+- unpaired, over every result of either run (live A/B traffic: each request
+  goes to one run): each run's mean in a sequence at alpha/2, the difference of
+  the two;
+- paired, over the queries both runs answered: one observation per query, the
+  difference of the two runs' *first* answers, entering when the second of them
+  arrives. A query answered again later does not rewrite its observation: a
+  sequence is a statement about observations as they arrived, and a value
+  changed after it entered would make its past verdicts mean nothing. (The
+  fixed-horizon paired columns average every answer, as before.)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scorer.metrics import METRIC_NAMES
 from scorer.rollup import MetricAggregate, t_quantile_975
+
+if TYPE_CHECKING:
+    import numpy as np
+
+ALPHA = 0.05
+"""The default error rate of the anytime-valid intervals (``scorer.anytime.ALPHA``)."""
+
+
+def _anytime() -> Any:
+    """:mod:`scorer.anytime`, imported when first needed: it brings numpy, which the
+    offline path of small files does without (``scorer eval`` starts in milliseconds)."""
+    from scorer import anytime
+
+    return anytime
 
 
 def welch_interval(a: MetricAggregate, b: MetricAggregate, index: int) -> list[float] | None:
@@ -36,7 +64,19 @@ def welch_interval(a: MetricAggregate, b: MetricAggregate, index: int) -> list[f
     return [delta - half, delta + half]
 
 
-def unpaired(a: MetricAggregate, b: MetricAggregate) -> dict[str, Any]:
+def anytime_difference(
+    a: MetricAggregate, b: MetricAggregate, index: int, alpha: float = ALPHA
+) -> list[float] | None:
+    """Anytime-valid interval of ``mean(b) - mean(a)`` for one metric over every result
+    of each run (None until both have one)."""
+    return _anytime().difference_interval(
+        (a.count, a.sums[index], a.sumsqs[index]),
+        (b.count, b.sums[index], b.sumsqs[index]),
+        alpha,
+    )
+
+
+def unpaired(a: MetricAggregate, b: MetricAggregate, alpha: float = ALPHA) -> dict[str, Any]:
     means_a, means_b = a.means(), b.means()
     return {
         name: {
@@ -44,8 +84,52 @@ def unpaired(a: MetricAggregate, b: MetricAggregate) -> dict[str, Any]:
             "b": means_b[name],
             "delta": means_b[name] - means_a[name],
             "ci95": welch_interval(a, b, index),
+            "anytime95": anytime_difference(a, b, index, alpha),
         }
         for index, name in enumerate(METRIC_NAMES)
+    }
+
+
+def first_differences(
+    first_a: Mapping[str, Sequence[float]], first_b: Mapping[str, Sequence[float]]
+) -> np.ndarray:
+    """The paired observations of the anytime sequence: per query both runs answered,
+    the difference of their first answers (``[enteredAt, values...]`` each), one row
+    per query in the order the pairs completed (the later of the two entries; ties
+    by query id)."""
+    import numpy as np
+
+    shared = first_a.keys() & first_b.keys()
+    order = sorted(shared, key=lambda q: (max(first_a[q][0], first_b[q][0]), q))
+    if not order:
+        return np.zeros((0, len(METRIC_NAMES)))
+    return np.array([first_b[q][1:] for q in order]) - np.array([first_a[q][1:] for q in order])
+
+
+def paired_anytime(
+    first_a: Mapping[str, Sequence[float]],
+    first_b: Mapping[str, Sequence[float]],
+    alpha: float = ALPHA,
+    points: int = 40,
+) -> dict[str, Any]:
+    """The anytime-valid paired sequence of each metric now (``anytime95``) and as it
+    narrowed while the pairs completed (``trajectory``: ``[pairs, lower, upper]``)."""
+    import numpy as np
+
+    anytime = _anytime()
+    differences = first_differences(first_a, first_b)
+    n = len(differences)
+    totals, squares = differences.sum(axis=0), np.square(differences).sum(axis=0)
+    return {
+        "pairs": n,
+        "anytime95": {
+            name: anytime.mean_interval(n, totals[i], squares[i], alpha)
+            for i, name in enumerate(METRIC_NAMES)
+        },
+        "trajectory": {
+            name: anytime.trajectory(differences[:, i], points, alpha)
+            for i, name in enumerate(METRIC_NAMES)
+        },
     }
 
 
@@ -79,16 +163,62 @@ def paired(
     }
 
 
+def facet_comparisons(
+    facets_a: Mapping[str, Mapping[str, MetricAggregate]],
+    facets_b: Mapping[str, Mapping[str, MetricAggregate]],
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """Unpaired comparisons per facet value both runs have, each metric's
+    ``anytime95`` at ``alpha`` split evenly over the family (every facet value x
+    metric compared: Bonferroni), so that the chance of any false "significant"
+    among them, however often read, stays at most ``alpha``."""
+    cells = [
+        (facet, value)
+        for facet in sorted(facets_a.keys() & facets_b.keys())
+        for value in sorted(facets_a[facet].keys() & facets_b[facet].keys())
+    ]
+    family = len(cells) * len(METRIC_NAMES)
+    each = alpha / family if family else alpha
+    compared: dict[str, Any] = {}
+    for facet, value in cells:
+        a, b = facets_a[facet][value], facets_b[facet][value]
+        compared.setdefault(facet, {})[value] = {
+            "countA": a.count,
+            "countB": b.count,
+            "metrics": unpaired(a, b, each),
+        }
+    return {"family": family, "alphaEach": each, "values": compared}
+
+
 def compare_runs(
     a: MetricAggregate,
     b: MetricAggregate,
     per_query_a: Mapping[str, Sequence[float]],
     per_query_b: Mapping[str, Sequence[float]],
+    first_a: Mapping[str, Sequence[float]] | None = None,
+    first_b: Mapping[str, Sequence[float]] | None = None,
+    facets_a: Mapping[str, Mapping[str, MetricAggregate]] | None = None,
+    facets_b: Mapping[str, Mapping[str, MetricAggregate]] | None = None,
+    alpha: float = ALPHA,
 ) -> dict[str, Any]:
-    """The compare endpoint's body (without the run ids)."""
+    """The compare endpoint's body (without the run ids). ``first_*``: each query's
+    first answer ``[enteredAt, values...]`` (the paired sequence's observations; the
+    per-query means stand in, entered at 0, when not given); ``facets_*``: each
+    run's aggregates per facet value (for the per-facet comparisons)."""
+    if first_a is None:
+        first_a = {q: [0.0, *values] for q, values in per_query_a.items()}
+    if first_b is None:
+        first_b = {q: [0.0, *values] for q, values in per_query_b.items()}
+    compared = paired(per_query_a, per_query_b)
+    sequence = paired_anytime(first_a, first_b, alpha)
+    for name in METRIC_NAMES:
+        compared["metrics"][name]["anytime95"] = sequence["anytime95"][name]
+    compared["trajectory"] = sequence["trajectory"]
     return {
         "countA": a.count,
         "countB": b.count,
-        "metrics": unpaired(a, b),
-        "paired": paired(per_query_a, per_query_b),
+        "alpha": alpha,
+        "metrics": unpaired(a, b, alpha),
+        "paired": compared,
+        "facets": facet_comparisons(facets_a or {}, facets_b or {}, alpha),
     }

@@ -122,6 +122,22 @@ class Settings(BaseSettings):
     parking_max_total: int = Field(100_000, ge=1)
 
     rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
+    watch_pairs: tuple[tuple[str, str], ...] = Field(
+        (),
+        description="Run pairs [baseline, candidate] whose anytime-valid comparison is "
+        "exported to /metrics (scorer_watch_*) for alerting, as a JSON list of pairs.",
+    )
+    watch_seconds: float = Field(
+        5.0, gt=0, le=3600, description="How often watched pairs are read."
+    )
+    compare_alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Error rate of the anytime-valid comparisons (anytime95 at 1 - alpha; "
+        "the watched pairs' verdicts): the chance that a comparison of two runs that do "
+        "not differ is ever called different, however often it is read.",
+    )
     rollup_batch_size: int = Field(
         500, ge=1, le=100_000, description="Scored records folded into run rollups per batch."
     )

@@ -25,7 +25,7 @@ from typing import Any
 import faust
 
 from scorer.settings import Settings
-from scorer.stream import faust_edge, parking, qrels, rollups
+from scorer.stream import faust_edge, parking, qrels, rollups, watch
 from scorer.stream.parts import StreamParts
 from scorer.stream.placement import Misplaced
 from scorer.stream.results import ResultBatches
@@ -138,5 +138,6 @@ def create_app(settings: Settings) -> Scorer:
     qrels.register(parts)
     parking.register(parts)
     rollups.register(parts)
+    watch.register(parts)
     register_views(app, settings, parts.rollup_table, parts.run_queries_table)
     return Scorer(app, settings, telemetry, parts)

@@ -257,7 +257,7 @@ class RunBatch:
         if tracked is not None or state["queries"] < self.max_queries:
             if tracked is None:
                 state["queries"] += 1
-            self.queries[key] = fold_query(tracked, values)
+            self.queries[key] = fold_query(tracked, values, self.now)
         self._rollups[run_key].add(values, facets)
         self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
         watermarks[stream] = [offset, seq]
@@ -420,19 +420,33 @@ def query_key(run_id: str, query_id: str) -> str:
     return f"{run_id}\x1f{query_id}"
 
 
-def fold_query(entry: list[float] | None, values: list[float]) -> list[float]:
-    """Per-query state ``[count, sum of each metric...]`` with one more result."""
+def fold_query(entry: list[float] | None, values: list[float], now: float = 0.0) -> list[float]:
+    """Per-query state with one more result: ``[count, sum of each metric...,
+    enteredAt, first value of each metric...]``: the sums give the query's mean (the
+    fixed-horizon paired comparison), the first answer and when it was folded
+    (``now``) give the anytime-valid one its observation, which later answers do
+    not rewrite. An entry written before the first answer was kept (six items)
+    takes its mean as the first answer, entered at 0."""
     if entry is None:
-        return [1.0, *values]
+        return [1.0, *values, now, *values]
     # Written out for the five metrics (a generator here was a quarter of a fold's time).
-    count, s0, s1, s2, s3, s4 = entry
+    count, s0, s1, s2, s3, s4 = entry[:6]
     v0, v1, v2, v3, v4 = values
-    return [count + 1.0, s0 + v0, s1 + v1, s2 + v2, s3 + v3, s4 + v4]
+    first = entry[6:] if len(entry) > 6 else [0.0, s0 / count, s1 / count, s2 / count,
+                                               s3 / count, s4 / count]  # fmt: skip
+    return [count + 1.0, s0 + v0, s1 + v1, s2 + v2, s3 + v3, s4 + v4, *first]
 
 
 def query_means(entry: list[float]) -> list[float]:
     count = entry[0]
-    return [total / count for total in entry[1:]]
+    return [total / count for total in entry[1:6]]
+
+
+def query_first(entry: list[float]) -> list[float]:
+    """``[enteredAt, first value of each metric...]`` of a per-query entry."""
+    if len(entry) > 6:
+        return list(entry[6:])
+    return [0.0, *query_means(entry)]
 
 
 def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dict[str, Any]:

@@ -117,6 +117,29 @@ def error(web: View, status: int, message: str) -> Response:
     return web.json({"error": message, "status": status}, status=status)
 
 
+def facet_aggregates(document: dict[str, Any]) -> dict[str, dict[str, MetricAggregate]]:
+    return {
+        facet: {value: MetricAggregate.from_state(state) for value, state in values.items()}
+        for facet, values in document.get("facets", {}).items()
+    }
+
+
+def compare_documents(a: dict[str, Any], b: dict[str, Any], alpha: float) -> dict[str, Any]:
+    """The comparison of two runs from their ``/scores`` documents (a worker of an
+    earlier version answers without ``first`` and ``facets``: the means stand in)."""
+    return compare_runs(
+        MetricAggregate.from_state(a["overall"]),
+        MetricAggregate.from_state(b["overall"]),
+        a["queries"],
+        b["queries"],
+        a.get("first"),
+        b.get("first"),
+        facet_aggregates(a),
+        facet_aggregates(b),
+        alpha,
+    )
+
+
 def register_views(
     app: faust.App, settings: Settings, rollup_table: Any, run_queries_table: Any
 ) -> None:
@@ -152,14 +175,17 @@ def register_views(
             return error(web, 404, f"unknown run {run_id!r}")
         return web.json(document(run_id, state))
 
-    def run_scores(run_id: str) -> dict[str, list[float]]:
-        """Per-query mean scores of a run held by this worker."""
+    def run_scores(run_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """Per-query mean scores of a run held by this worker, and each query's first
+        answer ``[enteredAt, values...]``."""
         prefix = run_state.query_key(run_id, "")
-        return {
-            key[len(prefix) :]: run_state.query_means(entry)
-            for key, entry in run_queries_table.items()
-            if key.startswith(prefix)
-        }
+        means, first = {}, {}
+        for key, entry in run_queries_table.items():
+            if key.startswith(prefix):
+                query = key[len(prefix) :]
+                means[query] = run_state.query_means(entry)
+                first[query] = run_state.query_first(entry)
+        return means, first
 
     def local_runs() -> list[dict[str, Any]]:
         """The runs whose state this worker holds (its partitions and standbys)."""
@@ -235,10 +261,13 @@ def register_views(
         return run_state.run_document(run_id, state, settings.rollup_max_queries)
 
     def scores_document(run_id: str, state: Any) -> dict[str, Any]:
+        means, first = run_scores(run_id)
         return {
             "runId": run_id,
             "overall": state["rollup"]["overall"],
-            "queries": run_scores(run_id),
+            "facets": state["rollup"].get("facets", {}),
+            "queries": means,
+            "first": first,
         }
 
     @app.page(API + "/{run_id}/metrics")
@@ -269,10 +298,13 @@ def register_views(
                     return self.json(body, status=status)
                 fetched[run_id] = body
             a, b = fetched[run_a], fetched[run_b]
-            body = compare_runs(
-                MetricAggregate.from_state(a["overall"]),
-                MetricAggregate.from_state(b["overall"]),
-                a["queries"],
-                b["queries"],
-            )
+            alpha = settings.compare_alpha
+            if "alpha" in request.query:
+                try:
+                    alpha = float(request.query["alpha"])
+                except ValueError:
+                    alpha = -1.0
+                if not 0 < alpha < 1:
+                    return error(self, 400, "alpha must be a number between 0 and 1")
+            body = compare_documents(a, b, alpha)
             return self.json({"runA": run_a, "runB": run_b, **body})

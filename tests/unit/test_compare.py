@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from scipy import stats
 
-from scorer.compare import compare_runs, paired, unpaired, welch_interval
+from scorer import anytime
+from scorer.compare import (
+    anytime_difference,
+    compare_runs,
+    facet_comparisons,
+    first_differences,
+    paired,
+    unpaired,
+    welch_interval,
+)
 from scorer.metrics import METRIC_NAMES
 from scorer.rollup import MetricAggregate
 
@@ -114,4 +124,63 @@ def test_compare_runs_body() -> None:
     assert body["countA"] == 2
     assert body["countB"] == 3
     assert body["metrics"] == unpaired(a, b)
-    assert body["paired"] == paired({"q": [0.2] * 5}, {"q": [0.8] * 5})
+    fixed = paired({"q": [0.2] * 5}, {"q": [0.8] * 5})
+    for name, block in body["paired"]["metrics"].items():
+        assert {k: v for k, v in block.items() if k != "anytime95"} == fixed["metrics"][name]
+        # One pair, 0.6 apart: the sequence cannot exclude 0 yet, but holds 0.6.
+        low, high = block["anytime95"]
+        assert low <= 0 < 0.6 <= high
+    assert body["paired"]["trajectory"]["ndcgAt10"][-1][0] == 1
+    assert body["facets"] == {"family": 0, "alphaEach": 0.05, "values": {}}
+
+
+def test_an_aa_pair_read_after_every_query_is_called_different_less_often_than_alpha() -> None:
+    # 400 A/A pairs of runs, each compared after every one of 300 queries: the paired
+    # anytime interval excludes 0 at some read in at most 5% of them; the fixed-
+    # horizon paired interval, read the same way, far more often.
+    rng = np.random.default_rng(2026)
+    ever_anytime = ever_fixed = 0
+    for _ in range(400):
+        ndcg = rng.uniform(0, 1, 300)
+        a = np.clip(ndcg + rng.normal(0, 0.15, 300), 0, 1)
+        b = np.clip(ndcg + rng.normal(0, 0.15, 300), 0, 1)
+        d = b - a
+        n = np.arange(1, 301)
+        totals, squares = np.cumsum(d), np.cumsum(d * d)
+        ever_anytime += bool(anytime.rejects(n, totals, squares, 0.0)[4:].any())
+        means = totals / n
+        sd = np.sqrt(np.maximum(squares / n - means**2, 0) * n / np.maximum(n - 1, 1))
+        ever_fixed += bool((np.abs(means) > 1.96 * sd / np.sqrt(n))[4:].any())
+    assert ever_anytime / 400 <= 0.05
+    assert ever_fixed / 400 >= 0.2
+
+
+def test_the_paired_sequence_takes_first_answers_in_the_order_the_pairs_completed() -> None:
+    first_a = {"q1": [5.0, *[0.2] * 5], "q2": [1.0, *[0.4] * 5], "only-a": [0.0, *[1.0] * 5]}
+    first_b = {"q1": [2.0, *[0.9] * 5], "q2": [7.0, *[0.4] * 5]}
+    d = first_differences(first_a, first_b)
+    # q1 completes at 5 (its later entry), q2 at 7.
+    assert d[:, 2].tolist() == pytest.approx([0.7, 0.0])
+    body = compare_runs(
+        aggregate([[0.3] * 5]), aggregate([[0.6] * 5]),
+        {"q1": [0.5] * 5, "q2": [0.5] * 5}, {"q1": [0.5] * 5, "q2": [0.5] * 5},
+        first_a, first_b,
+    )  # fmt: skip
+    assert body["paired"]["metrics"]["ndcgAt10"]["delta"] == 0.0  # means: fixed horizon
+    assert body["paired"]["trajectory"]["ndcgAt10"][0][0] == 1
+    assert body["paired"]["metrics"]["ndcgAt10"]["anytime95"] == pytest.approx(
+        anytime.mean_interval(2, 0.7, 0.49)
+    )
+
+
+def test_facet_comparisons_split_alpha_over_every_value_and_metric() -> None:
+    a = {"type": {"faq": aggregate([[0.2] * 5] * 50), "howto": aggregate([[0.5] * 5] * 3)}}
+    b = {"type": {"faq": aggregate([[0.9] * 5] * 50), "news": aggregate([[0.5] * 5])}}
+    facets = facet_comparisons(a, b)
+    assert facets["family"] == 5 and facets["alphaEach"] == pytest.approx(0.01)
+    faq = facets["values"]["type"]["faq"]
+    assert (faq["countA"], faq["countB"]) == (50, 50)
+    assert faq["metrics"]["ndcgAt10"]["anytime95"] == anytime_difference(
+        a["type"]["faq"], b["type"]["faq"], 2, 0.01
+    )
+    assert 0 < faq["metrics"]["ndcgAt10"]["anytime95"][0] < 0.7  # found, at 50 results each
