@@ -57,24 +57,47 @@ _RUN_ID = {
     "required": True,
     "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH},
 }
+_FIXED = (
+    "Fixed-horizon 95% interval: valid for one look at a sample size chosen in advance, "
+    "not for a comparison read again and again as the runs grow (use anytime95)."
+)
+_ANYTIME = (
+    "Anytime-valid interval at 1 - alpha (95% by default): holds at every read, however "
+    "often, while the runs grow (a confidence sequence, docs/api.md)."
+)
 _DELTA = {
     "type": "object",
     "properties": {
         "a": {"type": "number"},
         "b": {"type": "number"},
         "delta": {"type": "number", "description": "mean(b) - mean(a)"},
-        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}]},
+        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}], "description": _FIXED},
+        "anytime95": {
+            "oneOf": [_INTERVAL, {"type": "null"}],
+            "description": _ANYTIME + " Over every result of either run.",
+        },
     },
 }
 _PAIRED = {
     "type": "object",
     "properties": {
         "delta": {"type": ["number", "null"], "description": "mean over shared queries of b - a"},
-        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}]},
+        "ci95": {"oneOf": [_INTERVAL, {"type": "null"}], "description": _FIXED},
+        "anytime95": {
+            "oneOf": [_INTERVAL, {"type": "null"}],
+            "description": _ANYTIME
+            + " One observation per shared query: the difference of the two runs' first "
+            "answers, entering when the second arrives.",
+        },
         "wins": {"type": "integer"},
         "losses": {"type": "integer"},
         "ties": {"type": "integer"},
     },
+}
+_TRAJECTORY = {
+    "type": "array",
+    "description": "[pairs, lower, upper] of the paired anytime95 as the pairs accrued.",
+    "items": {"type": "array", "items": {"type": "number"}, "minItems": 3, "maxItems": 3},
 }
 
 
@@ -333,8 +356,23 @@ OPENAPI: dict[str, Any] = {
                             "properties": {
                                 "runId": {"type": "string"},
                                 "overall": {"type": "array"},
+                                "facets": {
+                                    "type": "object",
+                                    "description": "facet -> value -> [count, sums, sums of "
+                                    "squares], as overall",
+                                },
                                 "queries": {
                                     "type": "object",
+                                    "additionalProperties": {
+                                        "type": "array",
+                                        "items": {"type": "number"},
+                                    },
+                                },
+                                "first": {
+                                    "type": "object",
+                                    "description": "Each query's first answer: [enteredAt "
+                                    "(epoch seconds; 0 if before it was kept), values in "
+                                    "metric order]: the paired anytime95's observations.",
                                     "additionalProperties": {
                                         "type": "array",
                                         "items": {"type": "number"},
@@ -353,12 +391,22 @@ OPENAPI: dict[str, Any] = {
             "get": {
                 "summary": "Difference of each mean between two runs, unpaired and paired",
                 "description": (
-                    "`delta` is mean(b) - mean(a). Unpaired intervals are Welch's; the paired "
-                    "part is over the queries both runs answered (per-query means)."
+                    "`delta` is mean(b) - mean(a). `ci95`: fixed-horizon (unpaired: Welch's; "
+                    "paired: Student's t over the per-query means of the queries both runs "
+                    "answered). `anytime95`: anytime-valid, safe to read continuously. "
+                    "`facets`: unpaired comparisons per facet value both runs have, alpha "
+                    "split over every value x metric (Bonferroni)."
                 ),
                 "parameters": [
                     {**_RUN_ID, "name": "runA"},
                     {**_RUN_ID, "name": "runB"},
+                    {
+                        "name": "alpha",
+                        "in": "query",
+                        "required": False,
+                        "description": "Error rate of anytime95 (default SCORER_COMPARE_ALPHA).",
+                        "schema": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                    },
                 ],
                 "responses": {
                     "200": _json(
@@ -369,6 +417,7 @@ OPENAPI: dict[str, Any] = {
                                 "runB": {"type": "string"},
                                 "countA": {"type": "integer"},
                                 "countB": {"type": "integer"},
+                                "alpha": {"type": "number"},
                                 "metrics": {
                                     "type": "object",
                                     "properties": {name: _DELTA for name in METRIC_NAMES},
@@ -380,6 +429,24 @@ OPENAPI: dict[str, Any] = {
                                         "metrics": {
                                             "type": "object",
                                             "properties": {name: _PAIRED for name in METRIC_NAMES},
+                                        },
+                                        "trajectory": {
+                                            "type": "object",
+                                            "properties": {
+                                                name: _TRAJECTORY for name in METRIC_NAMES
+                                            },
+                                        },
+                                    },
+                                },
+                                "facets": {
+                                    "type": "object",
+                                    "properties": {
+                                        "family": {"type": "integer"},
+                                        "alphaEach": {"type": "number"},
+                                        "values": {
+                                            "type": "object",
+                                            "description": "facet -> value -> {countA, "
+                                            "countB, metrics: {metric: the unpaired block}}",
                                         },
                                     },
                                 },

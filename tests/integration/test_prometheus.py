@@ -157,14 +157,36 @@ def golden_set() -> list[GoldenQuery]:
     return [query for query in golden if any(grade >= 1 for grade in query.qrels.values())]
 
 
-def perfect_result(query: GoldenQuery) -> RetrievalResult:
+def perfect_result(query: GoldenQuery, run_id: str = "warmup") -> RetrievalResult:
     relevant = sorted((doc for doc, g in query.qrels.items() if g >= 1), key=query.qrels.get)
     return RetrievalResult(
-        result_id=f"warmup-{query.query_id}",
-        run_id="warmup",
+        result_id=f"{run_id}-{query.query_id}",
+        run_id=run_id,
         query_id=query.query_id,
         ranked=relevant[::-1][:10],
     )
+
+
+WATCHED = (("watch-base", "watch-worse"), ("watch-aa-1", "watch-aa-2"))
+"""A candidate that lost everything, and an A/A pair (the same rankings twice)."""
+
+
+def watched_results(golden: list[GoldenQuery]) -> list[RetrievalResult]:
+    """The watched pairs' traffic: per query, the perfect ranking for the baseline and
+    both A/A runs, and a ranking of nothing relevant for the worse candidate."""
+    results = []
+    for query in golden:
+        for run_id in ("watch-base", "watch-aa-1", "watch-aa-2"):
+            results.append(perfect_result(query, run_id))
+        results.append(
+            RetrievalResult(
+                result_id=f"watch-worse-{query.query_id}",
+                run_id="watch-worse",
+                query_id=query.query_id,
+                ranked=["nothing-relevant"],
+            )
+        )
+    return results
 
 
 def write_jsonl(path: Path, events: list[GoldenQuery] | list[RetrievalResult]) -> Path:
@@ -197,7 +219,10 @@ def produce_raw(settings: Settings, topic: str, values: tuple[bytes, ...]) -> No
 @pytest.fixture(scope="module")
 def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
     workdir = tmp_path_factory.mktemp("prometheus-stack")
-    settings = settings_for(kafka_bootstrap, workdir, partitions=2, parking_ttl_seconds=PARKING_TTL)
+    settings = settings_for(
+        kafka_bootstrap, workdir, partitions=2, parking_ttl_seconds=PARKING_TTL,
+        watch_pairs=WATCHED, watch_seconds=1.0,
+    )  # fmt: skip
     ensure_topics(settings)
     worker = Worker(settings, workdir)
     prometheus = None
@@ -207,7 +232,8 @@ def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         prometheus = PrometheusServer(config, workdir / "prometheus").start()
 
         golden = golden_set()
-        warmup = [perfect_result(query) for query in golden]
+        # The watched pairs' results go with the warm-up: before the windows' first scrape.
+        warmup = [perfect_result(query) for query in golden] + watched_results(golden)
         replay(
             settings,
             "--golden", str(write_jsonl(workdir / "golden.jsonl", golden)),
@@ -443,7 +469,36 @@ def test_dead_letters_fire_their_alert_and_nothing_else_fires(live: LiveStack) -
         for rule in group["rules"]
         if rule["state"] != "inactive"
     }
-    assert firing == {"ScorerDeadLetters"}
+    assert firing == {"ScorerDeadLetters", "RetrievalCandidateWorse"}
+
+
+def test_a_watched_candidate_that_lost_fires_and_an_aa_pair_stays_silent(live: LiveStack) -> None:
+    firing = live.prometheus.api("alerts")["alerts"]
+    worse = {
+        (alert["labels"]["baseline"], alert["labels"]["candidate"], alert["labels"]["metric"])
+        for alert in firing
+        if alert["labels"]["alertname"] == "RetrievalCandidateWorse"
+    }
+    assert worse == {
+        ("watch-base", "watch-worse", "ndcgAt10"),
+        ("watch-base", "watch-worse", "recallAtK"),
+    }
+    verdicts = live.prometheus.values(
+        'scorer_watch_verdict{facet="all"}', ("baseline", "metric", "design")
+    )
+    for (baseline, metric, design), verdict in verdicts.items():
+        if baseline == "watch-aa-1":
+            assert verdict == 0, (metric, design)
+        elif metric in ("ndcgAt10", "recallAtK", "hitAtK", "mrr"):
+            assert verdict == -1, (metric, design)
+    lower = live.prometheus.values(
+        'scorer_watch_lower{facet="all", baseline="watch-aa-1"}', ("metric", "design")
+    )
+    upper = live.prometheus.values(
+        'scorer_watch_upper{facet="all", baseline="watch-aa-1"}', ("metric", "design")
+    )
+    assert len(lower) == len(upper) == 10
+    assert all(lower[key] < 0 < upper[key] for key in lower)
 
 
 def test_every_rule_evaluates_without_error(live: LiveStack) -> None:
