@@ -253,10 +253,24 @@ def test_two_runs_picked_from_the_list_are_compared_with_the_api_numbers(page, w
             expected["losses"],
             expected["ties"],
         ]
-        low, high = expected["ci95"]
+        # Decided by the anytime-valid paired interval, not the fixed-horizon one.
+        low, high = expected["anytime95"]
         significant = low > 0 or high < 0
         verdict = row.find_elements(By.TAG_NAME, "td")[-1].text
         assert verdict.startswith("yes") == significant, (name, expected)
+        unpaired_cell, paired_cell = row.find_elements(By.CSS_SELECTOR, "td.anytime")
+        for cell, bounds in (
+            (unpaired_cell, comparison["metrics"][name]["anytime95"]),
+            (paired_cell, expected["anytime95"]),
+        ):
+            assert cell.text == f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
+    assert "anytime-valid" in page.find_element(By.ID, "main").text
+    paths = page.find_elements(By.CSS_SELECTOR, "#trajectory-chart path.bound")
+    assert len(paths) == 2
+    assert len(comparison["paired"]["trajectory"]["ndcgAt10"]) > 5
+    facet_rows = page.find_elements(By.CSS_SELECTOR, "#facet-compare tbody tr")
+    family = comparison["facets"]["family"]
+    assert family > 0 and len(facet_rows) == family
     screenshot(page, "evals-compare.png")
 
 

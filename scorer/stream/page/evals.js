@@ -82,20 +82,29 @@
       risk: (runId) => getJSON(`${pathOf(runId)}/risk-coverage`),
       async compare(runA, runB) {
         const body = await getJSON(`${pathOf(runA)}/compare/${encodeURIComponent(runB)}`);
+        const percent = Math.round((1 - body.alpha) * 100);
         return {
           runA, runB, countA: body.countA, countB: body.countB,
           queries: body.paired.queries,
-          note: "Δ is B − A over all results (Welch's 95% interval); the paired columns " +
-            "are over the queries both runs answered. Significant: the paired 95% " +
-            "interval excludes 0.",
+          live: true,
+          note: "Δ is B − A over all results; the paired columns are over the queries both " +
+            `runs answered. Significant: the anytime-valid ${percent}% interval of the paired ` +
+            "difference (else, without paired queries, of Δ) excludes 0. It stays valid " +
+            "however often this page re-reads it while results arrive; the fixed-horizon " +
+            "intervals are shown for reference and are valid only for a single look.",
+          trajectory: body.paired.trajectory,
+          facets: body.facets,
           rows: METRICS.map(([key, label]) => {
             const all = body.metrics[key];
             const paired = body.paired.metrics[key];
+            const decisive = body.paired.queries > 0 ? paired.anytime95 : all.anytime95;
             return {
               key, label, a: all.a, b: all.b, delta: all.delta, ci95: all.ci95,
-              pairedDelta: paired.delta, pairedCi95: paired.ci95,
+              anytime95: all.anytime95,
+              pairedDelta: paired.delta, pairedCi95: paired.ci95, pairedAnytime95: paired.anytime95,
               wins: paired.wins, losses: paired.losses, ties: paired.ties,
-              significant: excludesZero(paired.ci95),
+              significant: excludesZero(decisive),
+              direction: decisive && decisive[0] > 0 ? 1 : -1,
             };
           }),
         };
@@ -153,7 +162,7 @@
               key, label, a: m.a, b: m.b, delta: null, ci95: null,
               pairedDelta: m.delta, pairedCi95: m.ci95,
               wins: m.wins, losses: m.losses, ties: m.ties,
-              significant: marks !== "", marks,
+              significant: marks !== "", marks, direction: m.delta > 0 ? 1 : -1,
             };
           }),
         };
@@ -412,10 +421,73 @@
         facetChart(facet, byTable.map((r) => [r.value, r]), chartMetric)));
   }
 
+  /** The paired anytime interval of nDCG@10 against the number of paired queries. */
+  function trajectoryChart(path, label) {
+    const width = 520;
+    const height = 240;
+    const margin = { left: 56, right: 16, top: 16, bottom: 44 };
+    const plotWidth = width - margin.left - margin.right;
+    const plotHeight = height - margin.top - margin.bottom;
+    const last = path[path.length - 1][0];
+    const top = Math.max(...path.map((p) => Math.abs(p[1])), ...path.map((p) => Math.abs(p[2])), 0.05);
+    const logLast = Math.log10(Math.max(last, 2));
+    const x = (n) => margin.left + (Math.log10(n) / logLast) * plotWidth;
+    const y = (value) => margin.top + plotHeight / 2 - (value / top) * (plotHeight / 2);
+    const line = (index) => path.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[index]).toFixed(1)}`).join(" ");
+    const ticks = [1, 10, 100, 1000, 10000, 100000].filter((t) => t <= last);
+    return svg("svg", {
+      id: "trajectory-chart", viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+      "aria-labelledby": "trajectory-chart-title",
+    },
+    svg("title", { id: "trajectory-chart-title" },
+      `Anytime-valid interval of the paired ${label} difference (B − A) against paired queries`),
+    ticks.map((t) => [
+      svg("line", { class: "grid", x1: x(t), x2: x(t), y1: margin.top, y2: margin.top + plotHeight }),
+      svg("text", { x: x(t), y: margin.top + plotHeight + 16, "text-anchor": "middle" }, String(t)),
+    ]),
+    [-top, 0, top].map((v) => [
+      svg("line", { class: v === 0 ? "axis" : "grid", x1: margin.left, x2: margin.left + plotWidth, y1: y(v), y2: y(v) }),
+      svg("text", { x: margin.left - 6, y: y(v) + 4, "text-anchor": "end" }, signed(v)),
+    ]),
+    svg("path", { class: "curve bound", d: line(1) }),
+    svg("path", { class: "curve bound", d: line(2) }),
+    svg("text", { x: margin.left + plotWidth / 2, y: height - 6, "text-anchor": "middle" },
+      "paired queries (log scale)"));
+  }
+
+  /** Per facet value both runs have: Δ and its anytime interval, alpha split over the table. */
+  function facetComparison(facets) {
+    const rows = [];
+    for (const [facet, values] of Object.entries(facets.values)) {
+      for (const [value, entry] of Object.entries(values)) {
+        for (const [key, label] of METRICS) {
+          const m = entry.metrics[key];
+          rows.push({ id: `${facet}=${value} ${key}`, facet, value, label, ...m,
+            countA: entry.countA, countB: entry.countB, significant: excludesZero(m.anytime95) });
+        }
+      }
+    }
+    if (rows.length === 0) return h("p", { class: "note" }, "No facet value is in both runs.");
+    return sortableTable("facet-compare", `Per facet value (unpaired). Significant: the anytime-valid ` +
+      `interval at alpha ${facets.alphaEach.toPrecision(2)} each (alpha split over these ` +
+      `${facets.family} comparisons) excludes 0.`, [
+      { key: "facet", label: "facet", value: (r) => r.facet, cell: (r) => h("td", {}, r.facet) },
+      { key: "value", label: "value", value: (r) => r.value, cell: (r) => h("td", {}, r.value) },
+      { key: "metric", label: "metric", value: (r) => r.label, cell: (r) => h("td", {}, r.label) },
+      { key: "delta", label: "Δ (B − A)", number: true, value: (r) => r.delta,
+        cell: (r) => numberCell(r.delta, signed(r.delta)) },
+      { key: "anytime", label: "anytime interval", number: true, value: (r) => r.anytime95 && r.anytime95[0],
+        cell: (r) => h("td", { class: "number" }, interval(r.anytime95)) },
+      { key: "significant", label: "significant", value: (r) => (r.significant ? Math.sign(r.delta) : 0),
+        cell: (r) => h("td", { class: r.significant ? (r.delta > 0 ? "better" : "worse") : null },
+          r.significant ? (r.delta > 0 ? "yes ▲ B higher" : "yes ▼ B lower") : "no") },
+    ], rows, { key: "significant", dir: "asc" });
+  }
+
   function compareView({ comparison: c }) {
     const verdict = (row) => {
       if (!row.significant) return h("td", {}, "no");
-      const better = row.pairedDelta > 0;
+      const better = row.direction > 0;
       return h("td", { class: better ? "better" : "worse" },
         `yes ${row.marks || ""} ${better ? "▲ B higher" : "▼ B lower"}`.replace(/\s+/g, " "));
     };
@@ -428,21 +500,32 @@
       h("table", { id: "compare-table" },
         h("thead", {}, h("tr", {},
           ["metric"].map((label) => h("th", { scope: "col" }, label)),
-          ["A", "B", "Δ (B − A)", "95% interval", "paired Δ", "paired 95% interval",
-            "wins", "losses", "ties"].map((label) => h("th", { scope: "col", class: "number" }, label)),
+          ["A", "B", "Δ (B − A)", c.live ? "anytime interval" : null, "fixed 95% interval",
+            "paired Δ", c.live ? "paired anytime interval" : null, "paired fixed 95% interval",
+            "wins", "losses", "ties"].filter(Boolean).map((label) => h("th", { scope: "col", class: "number" }, label)),
           h("th", { scope: "col" }, "significant"))),
         h("tbody", {}, c.rows.map((row) => h("tr", {
           "data-metric": row.key, class: row.significant ? "significant" : null,
         },
         h("th", { scope: "row" }, row.label),
         numberCell(row.a), numberCell(row.b), numberCell(row.delta, signed(row.delta)),
+        c.live ? h("td", { class: "number anytime" }, interval(row.anytime95)) : null,
         h("td", { class: "number" }, interval(row.ci95)),
         numberCell(row.pairedDelta, signed(row.pairedDelta)),
+        c.live ? h("td", { class: "number anytime" }, interval(row.pairedAnytime95)) : null,
         h("td", { class: "number" }, interval(row.pairedCi95)),
         numberCell(row.wins, String(row.wins)), numberCell(row.losses, String(row.losses)),
         numberCell(row.ties, String(row.ties)),
         verdict(row))))),
       h("p", { class: "note" }, "Wins count the queries where B scored higher than A."),
+      c.trajectory && c.trajectory.ndcgAt10 && c.trajectory.ndcgAt10.length ? [
+        h("h3", {}, "How the paired nDCG@10 interval narrowed"),
+        h("p", { class: "note" }, "The anytime-valid interval of the paired nDCG@10 difference " +
+          "after each number of paired queries (in the order the pairs completed): once it " +
+          "leaves 0, the difference is significant whenever it is read."),
+        trajectoryChart(c.trajectory.ndcgAt10, "nDCG@10"),
+      ] : null,
+      c.facets ? [h("h3", {}, "Per facet value"), facetComparison(c.facets)] : null,
     ];
   }
 
