@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 from collections.abc import Iterator
 
@@ -9,7 +10,8 @@ import orjson
 import pytest
 from scipy import stats
 
-from scorer.demo import DemoTraffic
+from schemas import RetrievalResult
+from scorer.demo import DemoTraffic, _ranking
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import METRIC_NAMES, retrieval_metrics
 from scorer.risk_sketch import RiskSketch
@@ -313,3 +315,63 @@ def test_compare_matches_an_independent_computation(workers, traffic):
         assert got["ci95"] == pytest.approx([interval.low, interval.high], abs=1e-9)
         assert got["wins"] == sum(1 for d in diffs if d > 0)
         assert got["losses"] == sum(1 for d in diffs if d < 0)
+
+
+AA_PAIRS = [(f"aa{i}-a", f"aa{i}-b") for i in range(16)]
+GAIN_PAIRS = [(f"gain{i}-a", f"gain{i}-b") for i in range(2)]
+SKILLS = {"aa": (0.65, 0.65), "gain": (0.45, 0.8)}
+
+
+def test_live_comparisons_keep_aa_pairs_undecided_and_find_real_gains(
+    settings, workers, traffic, tmp_path
+):
+    """16 A/A run pairs (the same retriever twice, independent answers) and 2 with a real
+    nDCG@10 gain, each pair's compare endpoint read after every 30 queries (read on the
+    other worker, so half the reads are routed): the anytime-valid paired interval never
+    calls an A/A pair different (at most one may, as alpha allows), and finds both
+    gains."""
+    demo = traffic[0]
+    rng = random.Random(20261202)
+    golden = list(demo.golden)
+    rng.shuffle(golden)
+    ever = {pair: False for pair in AA_PAIRS + GAIN_PAIRS}
+    fixed_ever = dict(ever)
+    sent: dict[str, int] = {}
+    for start in range(0, len(golden), 30):
+        chunk = []
+        for pair in AA_PAIRS + GAIN_PAIRS:
+            skills = SKILLS["gain" if pair in GAIN_PAIRS else "aa"]
+            for query in golden[start : start + 30]:
+                for run_id, skill in zip(pair, skills, strict=True):
+                    ranked = _ranking(rng, query, skill, query.facets or {})
+                    chunk.append(
+                        RetrievalResult(
+                            result_id=f"{run_id}-{query.query_id}",
+                            run_id=run_id,
+                            query_id=query.query_id,
+                            ranked=ranked,
+                        )
+                    )
+                    sent[run_id] = sent.get(run_id, 0) + 1
+        replay(settings, "--results", write_jsonl(tmp_path / f"chunk-{start}.jsonl", chunk))
+        for run_id, count in sent.items():
+            wait_for(lambda r=run_id, c=count: run_count(workers[0], r) == c, 90, run_id)
+        for pair in ever:
+            status, body = api(workers[1], f"/api/v1/evals/runs/{pair[0]}/compare/{pair[1]}")
+            assert status == 200, body
+            paired = body["paired"]["metrics"]["ndcgAt10"]
+            assert body["paired"]["queries"] == min(start + 30, len(golden))
+            low, high = paired["anytime95"]
+            ever[pair] |= low > 0 or high < 0
+            low, high = paired["ci95"]
+            fixed_ever[pair] |= low > 0 or high < 0
+    called = [pair for pair in AA_PAIRS if ever[pair]]
+    print(
+        f"A/A pairs ever called different: anytime95 {len(called)} of {len(AA_PAIRS)}, "
+        f"ci95 {sum(fixed_ever[pair] for pair in AA_PAIRS)}; gains found: "
+        f"{sum(ever[pair] for pair in GAIN_PAIRS)} of {len(GAIN_PAIRS)}"
+    )
+    assert len(called) <= 1, called
+    assert all(ever[pair] for pair in GAIN_PAIRS)
+    # The fixed-horizon interval, read the same way, is never the safer of the two.
+    assert sum(fixed_ever[pair] for pair in AA_PAIRS) >= len(called)
