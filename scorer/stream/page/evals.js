@@ -478,10 +478,10 @@
         cell: (r) => numberCell(r.delta, signed(r.delta)) },
       { key: "anytime", label: "anytime interval", number: true, value: (r) => r.anytime95 && r.anytime95[0],
         cell: (r) => h("td", { class: "number" }, interval(r.anytime95)) },
-      { key: "significant", label: "significant", value: (r) => (r.significant ? Math.sign(r.delta) : 0),
+      { key: "significant", label: "significant", value: (r) => (r.significant ? 1 : 0),
         cell: (r) => h("td", { class: r.significant ? (r.delta > 0 ? "better" : "worse") : null },
           r.significant ? (r.delta > 0 ? "yes ▲ B higher" : "yes ▼ B lower") : "no") },
-    ], rows, { key: "significant", dir: "asc" });
+    ], rows, { key: "significant", dir: "desc" });
   }
 
   function compareView({ comparison: c }) {
