@@ -517,3 +517,17 @@ def test_a_batchs_seen_entries_are_stored_in_blocks_that_fit_a_record() -> None:
         assert len(orjson.dumps(stored)) <= 1_000_000
     assert len(index) == 5000 and index.get(next(iter(entries))) == entries[next(iter(entries))]
     assert run_state.seen_blocks({}, 1000) == [{}]
+
+
+def test_a_querys_first_answer_is_kept_through_later_answers_and_redeliveries() -> None:
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5))], now=100.0)
+    tables.fold([(record("r1", 0.2), at(5)), (record("r2", 0.9), at(6))], now=200.0)
+    entry = tables.queries[run_state.query_key("run-a", "q1")]
+    assert run_state.query_means(entry)[2] == pytest.approx((0.2 + 0.9) / 2)
+    entered, *first = run_state.query_first(entry)
+    assert entered == 100.0 and first[2] == 0.2  # the later answer did not rewrite it
+    # An entry of the earlier format (no first answer kept) takes its mean, entered at 0.
+    old = [2.0, 2.0, 1.0, 1.1, 2.0, 2.0]
+    assert run_state.query_first(old) == [0.0, 1.0, 0.5, 0.55, 1.0, 1.0]
+    assert run_state.fold_query(old, [1.0] * 5, 300.0)[6:] == [0.0, 1.0, 0.5, 0.55, 1.0, 1.0]
