@@ -14,6 +14,7 @@ import contextlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -98,7 +99,12 @@ def start_local_broker(settings: Settings) -> tuple[str, bool]:
     running = broker_status(settings.state_dir)
     if running is not None:
         return running.bootstrap, False
-    click.echo("starting the local Kafka broker (the first start downloads its jars)...")
+    from scorer.kafka.launcher import cache_dir
+
+    if any(cache_dir().glob("kafka_2.13-*.jar")):
+        click.echo("starting the local Kafka broker...")
+    else:
+        click.echo("starting the local Kafka broker (this first start downloads its jars)...")
     try:
         return start_broker(settings.state_dir).bootstrap, True
     except LauncherError as error:
@@ -121,8 +127,16 @@ def wait_ready(url: str, worker: subprocess.Popen[bytes], log: Path, timeout: fl
     raise click.ClickException(f"the worker was not ready after {timeout:.0f}s; see {log}")
 
 
-def outcome_line(url: str) -> str:
-    """Scored / unjudged / dead-letter / parked counts read from the worker's /metrics."""
+def port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port`` (another demo's worker)."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
+def outcome_line(url: str, parking_ttl: float | None = None) -> str:
+    """Scored / unjudged / dead-letter / parked counts read from the worker's /metrics
+    (``parking_ttl``: said after the parked count, which is not an outcome yet)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
@@ -134,14 +148,17 @@ def outcome_line(url: str) -> str:
                 counts[sample.labels["outcome"]] = sample.value
             elif sample.name == "scorer_parked_results":
                 counts["parked"] = sample.value
-    return "  ".join(f"{name} {counts.get(name, 0):.0f}" for name in OUTCOMES)
+    line = "  ".join(f"{name} {counts.get(name, 0):.0f}" for name in OUTCOMES)
+    if parking_ttl is not None:
+        line += f" (waiting for their qrels; unjudged after {parking_ttl:.0f} s)"
+    return line
 
 
-async def report_progress(url: str, every: float = 10.0) -> None:
+async def report_progress(url: str, parking_ttl: float, every: float = 10.0) -> None:
     while True:
         await asyncio.sleep(every)
         with contextlib.suppress(OSError):
-            click.echo(await asyncio.to_thread(outcome_line, url))
+            click.echo(await asyncio.to_thread(outcome_line, url, parking_ttl))
 
 
 async def send_traffic(
@@ -174,9 +191,9 @@ async def send_traffic(
         await producer.stop()
 
 
-async def with_progress(url: str, work: Any) -> None:
+async def with_progress(url: str, work: Any, parking_ttl: float) -> None:
     """Run ``work`` while printing the worker's outcome counts every few seconds."""
-    reporter = asyncio.create_task(report_progress(url))
+    reporter = asyncio.create_task(report_progress(url, parking_ttl))
     try:
         await work
     finally:
@@ -230,13 +247,19 @@ def run_demo(
     started_broker = False
     worker = None
     try:
+        if port_taken(settings.web_host, settings.web_port):
+            raise click.ClickException(
+                f"port {settings.web_port} on {settings.web_host} is taken (another scorer demo "
+                "or worker runs there): stop it first, or give this one its own port and group "
+                "(SCORER_WEB_PORT=6067 SCORER_APP_ID=demo-2)"
+            )
         bootstrap, started_broker = start_local_broker(settings)
         settings = settings.model_copy(update={"kafka_bootstrap_servers": bootstrap})
         ensure_topics(settings)
         log = settings.state_dir / "demo-worker.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
-        with log.open("ab") as handle:
+        with log.open("wb") as handle:  # this run's lines only (a failure quotes them)
             # A session of its own: Ctrl-C or a hang-up reaches the demo only, which
             # then stops the worker once, with SIGTERM (a clean Faust shutdown).
             worker = subprocess.Popen(
@@ -247,12 +270,16 @@ def run_demo(
         wait_ready(url, worker, log, timeout=120)
         click.echo(where_to_look(url, bootstrap, settings, log))
         run_until_stopped(
-            with_progress(url, send_traffic(settings, queries, rate, unjudged, bad_share, duration))
+            with_progress(
+                url,
+                send_traffic(settings, queries, rate, unjudged, bad_share, duration),
+                settings.parking_ttl_seconds,
+            )
         )
         if duration is not None:
             time.sleep(2)  # let the worker drain what was just sent
         with contextlib.suppress(OSError):
-            click.echo(outcome_line(url))
+            click.echo(outcome_line(url, settings.parking_ttl_seconds))
     finally:
         ignore_stop_signals()
         if worker is not None and worker.poll() is None:

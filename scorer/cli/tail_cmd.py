@@ -10,6 +10,7 @@ worker's offsets.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -87,11 +88,17 @@ def deadletter_line(timestamp_ms: int, headers: list[tuple[str, bytes]], value: 
     )
 
 
-def deadletter_json(headers: list[tuple[str, bytes]], value: bytes) -> bytes:
-    """A dead letter as one JSON object: its scorer headers and its bytes as text."""
-    return orjson.dumps(
-        {"deadLetter": deadletter_fields(headers), "value": value.decode(errors="replace")}
-    )
+def deadletter_json(headers: list[tuple[str, bytes]], value: bytes | None) -> bytes:
+    """A dead letter as one JSON object: its scorer headers and its bytes, as text when
+    they are UTF-8 (``value``), else losslessly in base64 (``valueBase64``, and
+    ``value`` null): a pipe gets back exactly the bytes that were rejected."""
+    document: dict[str, Any] = {"deadLetter": deadletter_fields(headers)}
+    try:
+        document["value"] = None if value is None else value.decode()
+    except UnicodeDecodeError:
+        document["value"] = None
+        document["valueBase64"] = base64.b64encode(value).decode()
+    return orjson.dumps(document)
 
 
 @click.command("tail")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -90,7 +92,7 @@ def worker_command(loglevel: str) -> None:
     make_data_dir(settings)
     check_broker(settings)
     scorer = create_app(settings)
-    make_worker(scorer.app, loglevel, settings).execute_from_commandline()
+    make_worker(scorer.app, loglevel, settings, scorer.readiness).execute_from_commandline()
 
 
 def ready_lines(settings: Settings) -> list[str]:
@@ -103,10 +105,40 @@ def ready_lines(settings: Settings) -> list[str]:
     ]
 
 
-def make_worker(app: Any, loglevel: str, settings: Settings | None = None) -> Any:
+NOT_READY_AFTER_SECONDS = 5.0
+"""How long a started worker may stay unready before it says why."""
+
+
+async def announce_when_ready(
+    readiness: Callable[[], tuple[bool, str]], lines: list[str], out: Any, poll: float = 0.25
+) -> None:
+    """Print ``lines`` once ``readiness()`` says ready (what ``/readyz`` answers); if it
+    is not after :data:`NOT_READY_AFTER_SECONDS`, say once why, in one line, and go
+    on waiting (a worker started before its input topics exist)."""
+    waited = 0.0
+    said_why = False
+    while True:
+        ready, why = readiness()
+        if ready:
+            for line in lines:
+                print(line, file=out, flush=True)
+            return
+        if not said_why and waited >= NOT_READY_AFTER_SECONDS:
+            print(f"scorer worker started, not ready yet: {why}", file=out, flush=True)
+            said_why = True
+        await asyncio.sleep(poll)
+        waited += poll
+
+
+def make_worker(
+    app: Any,
+    loglevel: str,
+    settings: Settings | None = None,
+    readiness: Callable[[], tuple[bool, str]] | None = None,
+) -> Any:
     """A Faust worker for ``app`` without Faust's start-up spinner, that prints
-    ``ready_lines(settings)`` (when given) once started, and stops on Ctrl-C
-    without mode's ``-INT- -INT-`` banner.
+    ``ready_lines(settings)`` (when given) once ``readiness`` says it is ready (at
+    start without it), and stops on Ctrl-C without mode's ``-INT- -INT-`` banner.
 
     At log levels of warning and above Faust feeds its spinner from a DEBUG
     handler and sets the root logger to DEBUG for good, so every ``log.debug``
@@ -118,9 +150,15 @@ def make_worker(app: Any, loglevel: str, settings: Settings | None = None) -> An
     class Worker(faust.Worker):
         def _on_startup_end_spinner(self) -> None:
             super()._on_startup_end_spinner()
-            if settings is not None:
+            if settings is None:
+                return
+            if readiness is None:
                 for line in ready_lines(settings):
                     print(line, file=self.stdout, flush=True)
+                return
+            self._announcing = asyncio.ensure_future(
+                announce_when_ready(readiness, ready_lines(settings), self.stdout)
+            )
 
         def _on_sigint(self) -> None:
             self._schedule_shutdown(signal.SIGINT)

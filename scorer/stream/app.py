@@ -19,6 +19,7 @@ the results and qrels topics (``qrels``, ``parked``), or keyed by run id
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,8 @@ class Scorer:
     settings: Settings
     telemetry: Telemetry
     parts: StreamParts
+    readiness: Callable[[], tuple[bool, str]]
+    """What ``/readyz`` answers now: ``(ready, why)``."""
 
 
 def create_app(settings: Settings) -> Scorer:
@@ -139,5 +142,5 @@ def create_app(settings: Settings) -> Scorer:
     parking.register(parts)
     rollups.register(parts)
     watch.register(parts)
-    register_views(app, settings, parts.rollup_table, parts.run_queries_table)
-    return Scorer(app, settings, telemetry, parts)
+    readiness = register_views(app, settings, parts.rollup_table, parts.run_queries_table)
+    return Scorer(app, settings, telemetry, parts, readiness)

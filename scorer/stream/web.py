@@ -142,9 +142,10 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any], alpha: float) -> dic
 
 def register_views(
     app: faust.App, settings: Settings, rollup_table: Any, run_queries_table: Any
-) -> None:
+) -> Callable[[], tuple[bool, str]]:
     """Add the health views and the run API to the app's web server, and the task that
-    watches whether the input topics exist (for ``/readyz``)."""
+    watches whether the input topics exist (for ``/readyz``); returns what ``/readyz``
+    answers, as ``(ready, why)``."""
     inputs = InputTopics((settings.results_topic, settings.qrels_topic))
 
     @app.task
@@ -308,3 +309,5 @@ def register_views(
                     return error(self, 400, "alpha must be a number between 0 and 1")
             body = compare_documents(a, b, alpha)
             return self.json({"runA": run_a, "runB": run_b, **body})
+
+    return lambda: is_ready(app, inputs)

@@ -54,3 +54,26 @@ def test_a_data_directory_that_cannot_be_made_is_one_line(tmp_path) -> None:
         f"cannot create the data directory {tmp_path}/file/data: Not a directory "
         "(set SCORER_DATADIR or SCORER_STATE_DIR)"
     )
+
+
+def test_the_ready_lines_wait_for_readiness_and_an_unready_worker_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import io
+
+    from scorer.cli import worker_cmd
+
+    monkeypatch.setattr(worker_cmd, "NOT_READY_AFTER_SECONDS", 0.05)
+    answers = iter(
+        [(False, "input topic missing: retrieval.results (run scorer topics create)")] * 8
+    )
+    out = io.StringIO()
+    readiness = lambda: next(answers, (True, "consuming"))  # noqa: E731
+    asyncio.run(worker_cmd.announce_when_ready(readiness, ["ready!", "where"], out, poll=0.01))
+    assert out.getvalue().splitlines() == [
+        "scorer worker started, not ready yet: input topic missing: retrieval.results "
+        "(run scorer topics create)",
+        "ready!",
+        "where",
+    ]
