@@ -149,7 +149,8 @@ class Librdkafka:
                     except BufferError:
                         producer.poll(0.05)
                     except KafkaException as error:
-                        raise AssertionError(f"librdkafka refused record {index}: {error}") from None
+                        message = f"librdkafka refused record {index}: {error}"
+                        raise AssertionError(message) from None
                 producer.poll(0)
                 index += 1
         left = producer.flush(timeout)
