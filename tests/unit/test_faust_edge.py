@@ -312,6 +312,24 @@ def test_a_delivery_the_flow_stops_half_way_is_sought_back_to_the_first_undelive
     assert (ledger.expected, ledger.accounted) == (4, 4)
 
 
+def test_an_event_committed_as_soon_as_it_is_handed_over_is_within_the_ledger() -> None:
+    # The agent takes the event, acks it and a commit runs before the delivery loop
+    # goes on: the commit must not look like one past what was handed over.
+    consumer, delivered = stand_in_consumer()
+    consumer.ledger.started(RESULTS[0], 0)
+    verdicts: list[bool] = []
+
+    async def processed_and_committed_at_once(message: SimpleNamespace) -> None:
+        delivered.append(message.offset)
+        verdicts.append(consumer.ledger.committing(RESULTS[0], message.offset + 1))
+
+    consumer.callback = processed_and_committed_at_once  # type: ignore[assignment]
+    asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 5)}))
+    assert delivered == [0, 1, 2, 3, 4, 5]
+    assert verdicts == [True] * 6
+    assert consumer.ledger.violations == 0
+
+
 @pytest.mark.parametrize("committed", [None, 0])
 def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int | None) -> None:
     consumer, _ = stand_in_consumer()

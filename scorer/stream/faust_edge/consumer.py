@@ -690,11 +690,15 @@ class GuardedConsumer(AIOKafkaConsumer):
             if self._commit_every is not None and self._n_acked >= self._commit_every:
                 self._n_acked = 0
                 await self.commit()
-            await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
-            read_offset[tp] = offset
             if tracked:
+                # Before the hand-over, not after: once in the stream's queue the event
+                # can be processed, acked and committed (a caught-up commit under
+                # exactly_once) before this loop runs again; booked after, that commit
+                # looked like one past what was handed over (the ledger's false alarm).
                 ledger.handed(tp, handed_to, offset + 1)
                 handed_to = offset + 1
+            await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
+            read_offset[tp] = offset
         if tracked:
             ledger.handed(tp, handed_to, batch.end)
         return None
