@@ -91,7 +91,7 @@ class InputTopics:
 
 def is_ready(app: faust.App, inputs: InputTopics | None = None) -> tuple[bool, str]:
     """Ready once the input topics exist, the tables are recovered and partitions are
-    assigned and consumed."""
+    assigned and consumed (or the group's assignment gave this worker none)."""
     problem = inputs.problem() if inputs is not None else None
     if problem:
         return False, problem
@@ -100,7 +100,13 @@ def is_ready(app: faust.App, inputs: InputTopics | None = None) -> tuple[bool, s
     if app.rebalancing:
         return False, "rebalancing"
     if not app.consumer.assignment():
-        return False, "no partitions assigned yet"
+        if not app.consumer_generation_id:
+            return False, "no partitions assigned yet"
+        # A member the group's last assignment gave nothing (more workers than the
+        # assignor uses: Faust's sticky assignor can leave a restarted member idle
+        # beside 2 + 2 of 4 partitions). It serves the run API and takes partitions
+        # over when a peer goes: ready, and it says so.
+        return True, "idle: the group's last assignment gave this worker no partitions"
     return True, "consuming"
 
 

@@ -77,3 +77,23 @@ def test_the_ready_lines_wait_for_readiness_and_an_unready_worker_says_why(
         "ready!",
         "where",
     ]
+
+
+def test_a_member_the_assignment_left_idle_is_ready_and_says_so() -> None:
+    from types import SimpleNamespace
+
+    from scorer.stream.web import is_ready
+
+    def app(generation: int, assigned: set) -> SimpleNamespace:
+        return SimpleNamespace(
+            tables=SimpleNamespace(recovery=SimpleNamespace(completed=SimpleNamespace(
+                is_set=lambda: True))),
+            rebalancing=False,
+            consumer=SimpleNamespace(assignment=lambda: assigned),
+            consumer_generation_id=generation,
+        )  # fmt: skip
+
+    assert is_ready(app(0, set())) == (False, "no partitions assigned yet")
+    ready, why = is_ready(app(4, set()))
+    assert ready and why.startswith("idle: ")
+    assert is_ready(app(4, {("results", 0)})) == (True, "consuming")
