@@ -92,3 +92,44 @@ def test_a_first_start_with_a_backlog_scores_every_waiting_result_once(
             print(f"\n[startup {guarantee}] round {round_}: {len(tally.copies)}/{BACKLOG} scored")
         finally:
             worker.stop(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_three_workers_starting_together_keep_the_ledger_on_every_input(
+    kafka_bootstrap: str, tmp_path: Path, guarantee: str
+) -> None:
+    """Three workers started at once on a fresh topic set, qrels and results arriving
+    while they join (rebalances one after the other): no commit passes what a worker
+    handed over, on any input partition (the qrels agent's once raised the ledger's
+    alarm at such a start: its events were booked after the hand-over), and no worker
+    logs the alarm."""
+    for round_ in range(ROUNDS + 1):
+        workdir = tmp_path / f"three-{round_}"
+        workdir.mkdir()
+        settings = settings_for(
+            kafka_bootstrap, workdir, partitions=4, processing_guarantee=guarantee,
+            broker_session_timeout=SESSION_TIMEOUT,
+        )  # fmt: skip
+        ensure_topics(settings)
+        golden, results = golden_and_results(f"three{round_}", queries=120, results=600, seed=9)
+        workers = [Worker(settings, workdir).launch() for _ in range(3)]
+        try:
+            load = Feeder(settings, keyed(settings.qrels_topic, golden), rate=400)
+            load.start()
+            for worker in workers:
+                worker.wait_ready(120)
+            load.join_checked(60)
+            feeder = Feeder(settings, keyed(settings.results_topic, results), rate=2000)
+            feeder.start()
+            feeder.join_checked(60)
+            everything = {result.result_id for result in results}
+            _, tally = read_scored(settings, everything, 120, guarantee)
+            assert_none_missing(settings, everything, tally, f" (round {round_}, {guarantee})")
+            for worker in workers:
+                for topic in (settings.results_topic, settings.qrels_topic):
+                    assert_ledger_holds(worker, topic, settings.partitions)  # 0s where not owned
+        finally:
+            for worker in workers:
+                worker.stop(signal.SIGTERM)
+        for worker in workers:
+            assert "past what this worker handed over" not in worker.log.read_text()
