@@ -186,6 +186,16 @@ OPENAPI: dict[str, Any] = {
                                                 "type": ["string", "null"],
                                                 "format": "date-time",
                                             },
+                                            "metrics": {
+                                                "type": "object",
+                                                "description": "Means of nDCG@10, recall@k "
+                                                "and hit@k (the headline metrics).",
+                                            },
+                                            "ci95": {
+                                                "type": "object",
+                                                "description": "Their 95% intervals, as "
+                                                "the run's /metrics gives them.",
+                                            },
                                         },
                                         "required": ["runId", "count", "updatedAt"],
                                     },

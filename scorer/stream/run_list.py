@@ -13,6 +13,8 @@ from typing import Any
 
 from yarl import URL
 
+from scorer.rollup import MetricAggregate
+
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
@@ -54,12 +56,22 @@ def other_hosts(hosts: Iterable[str], here: str) -> list[str]:
     return [host for host in hosts if ident(host) != ident(here)]
 
 
+HEADLINE = ("ndcgAt10", "recallAtK", "hitAtK")
+"""The metrics the run list shows per run (the landing view answers at a glance)."""
+
+
 def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
-    """One run of the list from its state in the ``rollups`` table."""
+    """One run of the list from its state in the ``rollups`` table: its count, last
+    update, and the headline metrics' means with their 95% intervals (as the run's
+    ``/metrics`` document gives them)."""
+    overall = MetricAggregate.from_state(state["rollup"]["overall"])
+    means, intervals = overall.means(), overall.ci95()
     return {
         "runId": run_id,
-        "count": int(state["rollup"]["overall"][0]),
+        "count": overall.count,
         "updatedAt": state["updatedAt"],
+        "metrics": {name: means[name] for name in HEADLINE},
+        "ci95": {name: intervals[name] for name in HEADLINE},
     }
 
 

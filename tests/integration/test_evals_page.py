@@ -177,6 +177,22 @@ def test_the_run_list_shows_the_runs_the_api_lists_newest_first(page, workers):
     wait(page, "#runs tbody tr")
     listed = api(workers[1], "/api/v1/evals/runs")["runs"]
     assert listed_runs(page) == [(run["runId"], run["count"]) for run in listed]
+    # The landing view answers "how is each run doing" without opening it: the headline
+    # metrics with their intervals, as the API lists them.
+    for run in listed:
+        row = page.find_element(By.CSS_SELECTOR, f'#runs td[data-run="{run["runId"]}"]')
+        cells = row.find_elements(By.XPATH, "./following-sibling::td[@data-metric]")
+        assert [c.get_attribute("data-metric") for c in cells] == [
+            "ndcgAt10",
+            "recallAtK",
+            "hitAtK",
+        ]
+        for cell in cells:
+            name = cell.get_attribute("data-metric")
+            assert float(cell.get_attribute("data-value")) == run["metrics"][name]
+            low, high = run["ci95"][name]
+            assert cell.text.endswith(f"[{low:.4f}, {high:.4f}]")
+    assert "UTC" in page.find_element(By.ID, "status").text
     screenshot(page, "evals-list.png")
 
 

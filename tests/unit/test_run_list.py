@@ -22,7 +22,27 @@ def test_a_run_entry_reads_the_count_and_update_time_of_the_state():
     state = new_run_state()
     state["rollup"]["overall"][0] = 12
     state["updatedAt"] = "2026-11-30T12:00:00+00:00"
-    assert run_entry("bm25-v1", state) == entry("bm25-v1", 12, "2026-11-30T12:00:00+00:00")
+    listed = run_entry("bm25-v1", state)
+    assert {k: listed[k] for k in ("runId", "count", "updatedAt")} == entry(
+        "bm25-v1", 12, "2026-11-30T12:00:00+00:00"
+    )
+
+
+def test_a_run_entry_carries_the_headline_metrics_with_the_runs_own_intervals():
+    from scorer.rollup import RunRollup
+    from scorer.stream.run_state import run_document
+
+    rollup = RunRollup()
+    for values in ([1.0, 0.5, 0.8, 1.0, 1.0], [0.0, 0.1, 0.2, 0.5, 0.0], [0.5, 0.3, 0.6, 1.0, 1.0]):
+        rollup.add(values, {"type": "faq"})
+    state = new_run_state()
+    state["rollup"] = rollup.to_state()
+    listed = run_entry("r", state)
+    document = run_document("r", state, 100)
+    assert set(listed["metrics"]) == {"ndcgAt10", "recallAtK", "hitAtK"}
+    for name in listed["metrics"]:
+        assert listed["metrics"][name] == document["metrics"][name]
+        assert listed["ci95"][name] == document["ci95"][name]
 
 
 def test_merged_runs_are_newest_first_with_ties_by_run_id_and_never_updated_last():

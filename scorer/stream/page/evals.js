@@ -14,6 +14,7 @@
     ["mrr", "MRR"],
     ["hitAtK", "Hit@k"],
   ];
+  const HEADLINE = [["ndcgAt10", "nDCG@10"], ["recallAtK", "Recall@k"], ["hitAtK", "Hit@k"]];
   const LOSSES = [
     ["miss", "miss (1 − hit@k)", "solid line, circles"],
     ["ndcgLoss", "nDCG loss (1 − nDCG@10)", "dashed line, squares"],
@@ -180,11 +181,14 @@
   function sortableTable(id, caption, columns, rows, initial) {
     const order = sorting[id] || initial;
     const column = columns.find((c) => c.key === order.key) || columns[0];
+    // Equal values keep one order between refreshes: by the first column, ascending.
+    const tie = columns[0];
     const sorted = [...rows].sort((x, y) => {
       const a = column.value(x);
       const b = column.value(y);
       const cmp = typeof a === "string" ? a.localeCompare(b) : (a ?? -Infinity) - (b ?? -Infinity);
-      return order.dir === "asc" ? cmp : -cmp;
+      if (cmp !== 0) return order.dir === "asc" ? cmp : -cmp;
+      return String(tie.value(x)).localeCompare(String(tie.value(y)));
     });
     const header = columns.map((c) => {
       const active = c.key === column.key;
@@ -342,6 +346,13 @@
             cell: (r) => h("td", { "data-run": r.runId }, h("a", { href: runLink(r.runId) }, r.runId)) },
           { key: "count", label: "results", number: true, value: (r) => r.count,
             cell: (r) => numberCell(r.count, String(r.count)) },
+          ...HEADLINE.filter(([key]) => runs.some((r) => r.metrics && key in r.metrics)).map(([key, label]) => ({
+            key, label, number: true, value: (r) => r.metrics && r.metrics[key],
+            cell: (r) => h("td", { class: "number headline", "data-metric": key,
+              "data-value": r.metrics ? r.metrics[key] : null },
+              fixed(r.metrics && r.metrics[key]), " ",
+              h("span", { class: "interval" }, interval(r.ci95 && r.ci95[key]))),
+          })),
           live ? { key: "updatedAt", label: "last update", value: (r) => r.updatedAt || "",
             cell: (r) => h("td", { "data-value": r.updatedAt }, when(r.updatedAt)) } : null,
         ].filter(Boolean),
@@ -562,7 +573,7 @@
         render();
         if (state.source.live) {
           document.getElementById("status").textContent =
-            `updated ${new Date().toLocaleTimeString()}, checked every ${POLL_MS / 1000} s`;
+            `updated ${when(new Date().toISOString().replace("Z", "+00:00"))}, checked every ${POLL_MS / 1000} s`;
         }
       }
       showProblem("");
