@@ -36,12 +36,20 @@ def test_not_ready_while_the_input_topics_are_missing(kafka_bootstrap, tmp_path)
         }
         time.sleep(6)  # a second lookup, which must not log again
         assert worker.get("/readyz")[0] == 503
-        logged = [line for line in worker.tail(400).splitlines() if "scorer topics create" in line]
+        lines = worker.tail(400).splitlines()
+        logged = [line for line in lines if "scorer topics create" in line and "[WARNING]" in line]
         assert len(logged) == 1, logged
         assert (
             f"input topics missing: {settings.results_topic}, {settings.qrels_topic};"
             in (logged[0])
         )
+        # It does not claim to be ready, and says once, on its own output, why not.
+        assert not [line for line in lines if line.startswith("scorer worker ready")]
+        said = [line for line in lines if line.startswith("scorer worker started, not ready")]
+        assert said == [
+            "scorer worker started, not ready yet: input topics missing: "
+            f"{settings.results_topic}, {settings.qrels_topic} (run `scorer topics create`)"
+        ]
 
         # Faust does not pick up topics created after it started: still not ready ...
         ensure_topics(settings)
