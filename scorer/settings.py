@@ -122,6 +122,12 @@ class Settings(BaseSettings):
     parking_max_total: int = Field(100_000, ge=1)
 
     rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
+    run_history_seconds: float = Field(
+        300.0, gt=0, le=86_400, description="Width of a run's trend buckets (the run list's line)."
+    )
+    run_history_buckets: int = Field(
+        48, ge=1, le=1000, description="Trend buckets a run keeps (48 x 300 s: four hours)."
+    )
     watch_pairs: tuple[tuple[str, str], ...] = Field(
         (),
         description="Run pairs [baseline, candidate] whose anytime-valid comparison is "

@@ -196,6 +196,14 @@ OPENAPI: dict[str, Any] = {
                                                 "description": "Their 95% intervals, as "
                                                 "the run's /metrics gives them.",
                                             },
+                                            "trend": {
+                                                "type": "array",
+                                                "description": "[bucketStart (epoch s), "
+                                                "mean nDCG@10, count] per time bucket "
+                                                "(SCORER_RUN_HISTORY_SECONDS), oldest first, "
+                                                "the newest SCORER_RUN_HISTORY_BUCKETS.",
+                                                "items": {"type": "array"},
+                                            },
                                         },
                                         "required": ["runId", "count", "updatedAt"],
                                     },

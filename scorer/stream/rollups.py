@@ -79,6 +79,8 @@ def register(parts: StreamParts) -> None:
             load_seen=seen.get if dedupe else None,
             partition=partition,
             now=now,
+            history_seconds=settings.run_history_seconds,
+            history_buckets=settings.run_history_buckets,
         )
         for record in records:
             for row in orjson.loads(record.value):

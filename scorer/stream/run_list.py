@@ -14,6 +14,7 @@ from typing import Any
 from yarl import URL
 
 from scorer.rollup import MetricAggregate
+from scorer.stream.run_state import trend_of
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -72,6 +73,7 @@ def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
         "updatedAt": state["updatedAt"],
         "metrics": {name: means[name] for name in HEADLINE},
         "ci95": {name: intervals[name] for name in HEADLINE},
+        "trend": trend_of(state),
     }
 
 

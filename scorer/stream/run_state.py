@@ -26,6 +26,7 @@ counts exact under at-least-once delivery:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +183,7 @@ def new_run_state() -> dict[str, Any]:
         "watermarks": {},
         "updatedAt": None,
         "queries": 0,
+        "history": [],
     }
 
 
@@ -210,6 +212,10 @@ class RunBatch:
     partition: int = 0
     """The rollup partition of this batch, stamped on ``seen`` entries."""
     now: float = 0.0
+    history_seconds: float = 300.0
+    """The width of a run's trend buckets (:func:`add_to_history`)."""
+    history_buckets: int = 48
+    """How many trend buckets a run keeps (the newest)."""
     runs: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     queries: dict[str, list[float]] = field(default_factory=dict)
     seen: dict[str, SeenEntry] = field(default_factory=dict)
@@ -220,6 +226,7 @@ class RunBatch:
     _rollups: dict[bytes, RunRollup] = field(default_factory=dict)
     _sketches: dict[bytes, RiskSketch] = field(default_factory=dict)
     _changed: set[bytes] = field(default_factory=set)
+    _trend: dict[bytes, list[float]] = field(default_factory=dict)
 
     def add(self, run_key: bytes, item: Contribution) -> bool:
         """Fold one scored result of the run ``run_key``; False if a duplicate."""
@@ -260,6 +267,12 @@ class RunBatch:
             self.queries[key] = fold_query(tracked, values, self.now)
         self._rollups[run_key].add(values, facets)
         self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
+        trend = self._trend.get(run_key)
+        if trend is None:
+            self._trend[run_key] = [1.0, values[2]]
+        else:
+            trend[0] += 1.0
+            trend[1] += values[2]
         watermarks[stream] = [offset, seq]
         self._changed.add(run_key)
         return True
@@ -272,8 +285,36 @@ class RunBatch:
             state["rollup"] = self._rollups[run_key].to_state()
             state["risk"] = self._sketches[run_key].to_state()
             state["updatedAt"] = updated_at
+            trend = self._trend.get(run_key)
+            if trend is not None:
+                bucket = math.floor(self.now / self.history_seconds) * self.history_seconds
+                state["history"] = add_to_history(
+                    state.get("history"), bucket, trend[0], trend[1], self.history_buckets
+                )
             changed[run_key] = state
         return changed
+
+
+def add_to_history(
+    history: list[list[float]] | None, bucket: float, count: float, ndcg: float, keep: int
+) -> list[list[float]]:
+    """A run's trend with a batch's results added: ``[[bucketStart, count, sum of
+    nDCG@10], ...]``, oldest first, one entry per time bucket that had results (the
+    bucket of the fold's time), the newest ``keep`` kept. Folded once per counted
+    result, so exact under redelivery and restarts as the rollup is."""
+    history = [list(entry) for entry in history or []]
+    if history and history[-1][0] == bucket:
+        history[-1][1] += count
+        history[-1][2] += ndcg
+    else:
+        history.append([bucket, count, ndcg])
+    return history[-keep:]
+
+
+def trend_of(state: Mapping[str, Any]) -> list[list[float]]:
+    """``[[bucketStart, mean nDCG@10, count], ...]`` of a run state (empty before the
+    history was kept)."""
+    return [[start, total / count, count] for start, count, total in state.get("history") or []]
 
 
 def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:

@@ -48,7 +48,12 @@ MORE_RESULTS = 30
 
 @pytest.fixture(scope="module")
 def settings(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return settings_for(kafka_bootstrap, tmp_path_factory.mktemp("evals-page"), partitions=4)
+    return settings_for(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("evals-page"),
+        partitions=4,
+        run_history_seconds=2.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +198,11 @@ def test_the_run_list_shows_the_runs_the_api_lists_newest_first(page, workers):
             low, high = run["ci95"][name]
             assert cell.text.endswith(f"[{low:.4f}, {high:.4f}]")
     assert "UTC" in page.find_element(By.ID, "status").text
+    for run in listed:  # each run's trend line holds the API's buckets
+        line = page.find_element(
+            By.XPATH, f'//td[@data-run="{run["runId"]}"]/following-sibling::td/*[name()="svg"]'
+        )
+        assert int(line.get_attribute("data-points")) == len(run["trend"]) >= 1
     screenshot(page, "evals-list.png")
 
 

@@ -531,3 +531,34 @@ def test_a_querys_first_answer_is_kept_through_later_answers_and_redeliveries() 
     old = [2.0, 2.0, 1.0, 1.1, 2.0, 2.0]
     assert run_state.query_first(old) == [0.0, 1.0, 0.5, 0.55, 1.0, 1.0]
     assert run_state.fold_query(old, [1.0] * 5, 300.0)[6:] == [0.0, 1.0, 0.5, 0.55, 1.0, 1.0]
+
+
+def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
+    tables = Tables()
+
+    def fold(records: list, now: float) -> None:
+        batch = RunBatch(
+            tables.rollups.get, tables.queries.get, 100, load_seen=tables.seen.get,
+            now=now, history_seconds=60.0, history_buckets=3,
+        )  # fmt: skip
+        for make, position in records:
+            batch.add(b"run-a", make(position))
+        tables.seen.update(batch.seen)
+        tables.queries.update(batch.queries)
+        for key, state in batch.finish("t").items():
+            tables.rollups[key] = orjson.loads(orjson.dumps(state))
+
+    fold([(record("r1", 0.2), at(1)), (record("r2", 0.4), at(2))], now=1000.0)
+    fold([(record("r3", 0.9), at(3))], now=1010.0)  # the same minute
+    fold([(record("r3", 0.9), at(3))], now=1070.0)  # redelivered: not counted again
+    fold([(record("r4", 0.5), at(4))], now=1090.0)
+    assert run_state.trend_of(tables.rollups[b"run-a"]) == [
+        [960.0, pytest.approx(0.5), 3.0],
+        [1080.0, 0.5, 1.0],
+    ]
+    for n, now in enumerate((1200.0, 1300.0, 1400.0)):
+        fold([(record(f"late{n}", 1.0), at(10 + n))], now=now)
+    trend = run_state.trend_of(tables.rollups[b"run-a"])
+    assert [start for start, _, _ in trend] == [1200.0, 1260.0, 1380.0]  # the newest 3
+    assert run_state.trend_of(run_state.new_run_state()) == []
+    assert run_state.trend_of({"rollup": {}}) == []  # a state from before the history

@@ -212,6 +212,27 @@
   }
 
   // ---- Charts ------------------------------------------------------------------------
+  /** A run's nDCG@10 per time bucket, oldest to newest, on a fixed 0..1 scale. */
+  function sparkline(runId, trend) {
+    const width = 96;
+    const height = 22;
+    const title = trend.length
+      ? `nDCG@10 of ${runId} per ${trend.length > 1 ? "time bucket" : "bucket"}: ` +
+        trend.map((p) => fixed(p[1])).join(", ")
+      : `no trend kept for ${runId} yet`;
+    const x = (i) => (trend.length > 1 ? 2 + (i / (trend.length - 1)) * (width - 4) : width / 2);
+    const y = (v) => height - 2 - v * (height - 4);
+    return svg("svg", {
+      class: "sparkline", viewBox: `0 0 ${width} ${height}`, width, height, role: "img",
+      "data-points": trend.length, "aria-label": title,
+    },
+    svg("title", {}, title),
+    trend.length > 1
+      ? svg("polyline", { points: trend.map((p, i) => `${x(i).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ") })
+      : null,
+    trend.length ? svg("circle", { cx: x(trend.length - 1), cy: y(trend[trend.length - 1][1]), r: 2 }) : null);
+  }
+
   /** Per facet value: a bar for the mean of `metric` and a whisker for its interval. */
   function facetChart(facet, entries, metric) {
     const [key, label] = metric;
@@ -353,6 +374,9 @@
               fixed(r.metrics && r.metrics[key]), " ",
               h("span", { class: "interval" }, interval(r.ci95 && r.ci95[key]))),
           })),
+          live && runs.some((r) => r.trend) ? { key: "trend", label: "nDCG@10 trend", value: (r) =>
+            (r.trend && r.trend.length ? r.trend[r.trend.length - 1][1] : null),
+          cell: (r) => h("td", {}, sparkline(r.runId, r.trend || [])) } : null,
           live ? { key: "updatedAt", label: "last update", value: (r) => r.updatedAt || "",
             cell: (r) => h("td", { "data-value": r.updatedAt }, when(r.updatedAt)) } : null,
         ].filter(Boolean),
