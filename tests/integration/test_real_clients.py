@@ -74,7 +74,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 MODES = ("at_least_once", "exactly_once")
 CODECS = ("gzip", "snappy", "lz4", "zstd")
-STALL = 10.0
+STALL = 6.0
 """Seconds a figure may stay still, the group having committed all it read, before a
 wait gives up."""
 ROUND_ROBIN = "org.apache.kafka.clients.producer.RoundRobinPartitioner"
@@ -596,6 +596,7 @@ def test_misplaced_records_are_counted_and_scored_across_a_restart(
         lambda: len(scored_copies(group, traffic.tag)),
         60,
     )
+    check.figures["scored_before_restart"] = f"{len(scored_copies(group, traffic.tag))}/{half}"
     group.restart(0)
     if group.not_ready:
         check.figures["ready_after_restart"] = f"{group.not_ready[-1]}/{len(group.workers)}"
