@@ -108,12 +108,22 @@ def result_records(path: Path) -> list[tuple[str, bytes]]:
 @click.option("--golden", type=click.Path(path_type=Path), help="Golden set: JSONL or TREC qrels.")
 @click.option("--results", type=click.Path(path_type=Path), help="Results: JSONL or a TREC run.")
 @click.option("--rate", type=float, default=None, help="Results per second (default: no limit).")
-def replay_command(golden: Path | None, results: Path | None, rate: float | None) -> None:
+@click.option(
+    "--run-prefix",
+    default="",
+    help="Put this in front of every run id (keeps a replay apart from live runs of the "
+    "same name, e.g. the demo's).",
+)
+def replay_command(
+    golden: Path | None, results: Path | None, rate: float | None, run_prefix: str
+) -> None:
     """Send the files `scorer eval` reads into Kafka, keyed by queryId.
 
     Formats are detected from the content, as `scorer eval` does. The golden
     set goes first, so the results find their qrels; everything is validated
-    before anything is sent, and JSONL lines are sent unchanged.
+    before anything is sent, and JSONL lines are sent unchanged (but for
+    ``--run-prefix``). Says which runs the results go to: results already scored
+    under the same run ids are counted with them.
     """
     from scorer.cli.worker_cmd import load_settings
     from scorer.kafka.producer import make_producer, send_all
@@ -124,8 +134,15 @@ def replay_command(golden: Path | None, results: Path | None, rate: float | None
     batches = []
     if golden is not None:
         batches.append((settings.qrels_topic, golden_records(golden), None))
+    runs: dict[str, int] = {}
     if results is not None:
-        batches.append((settings.results_topic, result_records(results), rate))
+        records = result_records(results)
+        if run_prefix:
+            records = with_run_prefix(records, run_prefix)
+        for _, value in records:
+            run_id = decode_result(value).run_id
+            runs[run_id] = runs.get(run_id, 0) + 1
+        batches.append((settings.results_topic, records, rate))
 
     async def send() -> list[int]:
         producer = make_producer(settings)
@@ -139,3 +156,25 @@ def replay_command(golden: Path | None, results: Path | None, rate: float | None
 
     for (topic, _, _), count in zip(batches, asyncio.run(send()), strict=True):
         click.echo(f"sent {count} events to {topic}")
+    if runs:
+        listed = ", ".join(f"{run} ({count})" for run, count in sorted(runs.items()))
+        click.echo(
+            f"runs: {listed}; results already scored under these run ids count with them"
+            + ("" if run_prefix else " (--run-prefix NAME- keeps a replay apart)")
+        )
+
+
+def with_run_prefix(records: list[tuple[str, bytes]], prefix: str) -> list[tuple[str, bytes]]:
+    """``records`` (results) with ``prefix`` in front of each run id; raises
+    :class:`BadLine` when a prefixed run id is over the wire's bound."""
+    prefixed = []
+    for key, value in records:
+        result = decode_result(value)
+        try:
+            renamed = RetrievalResult.model_validate(
+                {**result.model_dump(by_alias=True), "runId": prefix + result.run_id}
+            )
+        except ValidationError as error:
+            raise BadLine(f"--run-prefix {prefix!r}: {describe_validation_error(error)}") from None
+        prefixed.append((key, renamed.to_json_bytes()))
+    return prefixed

@@ -75,3 +75,24 @@ def test_the_wrong_kind_of_file_exits_2_before_connecting() -> None:
         f"{EXAMPLES / 'run.txt'}: is a TREC run, expected qrels (a TREC qrels file or a JSONL "
         "golden set)\n"
     )
+
+
+def test_a_run_prefix_renames_every_run_and_keeps_the_rest_of_each_result() -> None:
+    import orjson
+    import pytest
+
+    from scorer.cli.replay_cmd import BadLine, with_run_prefix
+    from scorer.stream.events import decode_result
+
+    line = (
+        b'{"resultId": "r-1", "runId": "bm25-v1", "queryId": "q-1", "ranked": ["d1", "d2"], "k": 5}'
+    )
+    [(key, value)] = with_run_prefix([("q-1", line)], "examples-")
+    renamed = decode_result(value)
+    assert key == "q-1"
+    assert (renamed.run_id, renamed.result_id, renamed.ranked, renamed.k) == (
+        "examples-bm25-v1", "r-1", ["d1", "d2"], 5,
+    )  # fmt: skip
+    assert orjson.loads(value)["runId"] == "examples-bm25-v1"
+    with pytest.raises(BadLine, match="--run-prefix"):
+        with_run_prefix([("q-1", line)], "x" * 300)
