@@ -101,6 +101,8 @@ def deadletter_output(
         events.deadletter_headers(error, topic, partition, offset),
         parts.settings.producer_max_request_size,
     )
+    if letter.truncated:
+        parts.telemetry.deadletters_truncated.labels(input_name).inc()
     return Output(parts.settings.deadletter_topic, letter.key, letter.value, letter.headers)
 
 

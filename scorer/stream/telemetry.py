@@ -17,7 +17,8 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   to its home partition and consumed again there (``scorer.stream.placement``).
 - ``scorer_qrels_total{outcome}``: golden-set events, outcome in stored,
   deleted, deadletter. ``scorer_judged_queries``: queries in this worker's table.
-- ``scorer_deadletters_total{topic, error}``: dead letters by input and error class.
+- ``scorer_deadletters_total{topic, error}``: dead letters by input and error class;
+  ``scorer_deadletters_truncated_total{topic}``: those sent truncated to fit.
 - ``scorer_rollup_duplicates_total``: redelivered scored records that the run
   rollups recognised and dropped (at-least-once only);
   ``scorer_rollup_resent_total``: scored records dropped because their run had
@@ -311,6 +312,13 @@ class Telemetry:
         self.inputs = Counter(
             "scorer_inputs", "Events consumed, by input.", ("topic",), registry=self.registry
         )
+        self.deadletters_truncated = Counter(
+            "scorer_deadletters_truncated",
+            "Dead letters sent truncated (the input did not fit the producer's request size: "
+            "x-scorer-truncated), by input.",
+            ("topic",),
+            registry=self.registry,
+        )
         self.misplaced = Counter(
             "scorer_misplaced",
             "Input records read from a partition other than their key's home "
@@ -368,6 +376,7 @@ class Telemetry:
         for topic in ("results", "qrels"):
             self.inputs.labels(topic)
             self.misplaced.labels(topic)
+            self.deadletters_truncated.labels(topic)
 
     def observe_scored(
         self, values: MetricValues, facets: Mapping[str, str], confidence: float | None = None
