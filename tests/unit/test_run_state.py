@@ -35,7 +35,7 @@ class Tables:
         self.queries: dict[str, list[float]] = {}
         self.seen: dict[str, run_state.SeenEntry] = {}
 
-    def batch(self, now: float = 1000.0, dedupe: bool = True) -> RunBatch:
+    def batch(self, now: float = 1000.0, dedupe: bool = True, **options: Any) -> RunBatch:
         return RunBatch(
             self.rollups.get,
             self.queries.get,
@@ -43,6 +43,7 @@ class Tables:
             load_seen=self.seen.get if dedupe else None,
             partition=3,
             now=now,
+            **options,
         )
 
     def fold(
@@ -537,16 +538,7 @@ def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
     tables = Tables()
 
     def fold(records: list, now: float) -> None:
-        batch = RunBatch(
-            tables.rollups.get, tables.queries.get, 100, load_seen=tables.seen.get,
-            now=now, history_seconds=60.0, history_buckets=3,
-        )  # fmt: skip
-        for make, position in records:
-            batch.add(b"run-a", make(position))
-        tables.seen.update(batch.seen)
-        tables.queries.update(batch.queries)
-        for key, state in batch.finish("t").items():
-            tables.rollups[key] = orjson.loads(orjson.dumps(state))
+        tables.fold(records, now=now, history_seconds=60.0, history_buckets=3)
 
     fold([(record("r1", 0.2), at(1)), (record("r2", 0.4), at(2))], now=1000.0)
     fold([(record("r3", 0.9), at(3))], now=1010.0)  # the same minute
