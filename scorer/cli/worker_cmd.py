@@ -28,7 +28,7 @@ def check_broker(settings: Settings) -> None:
     Faust would only log the cause and retry forever."""
     import asyncio
 
-    from scorer.kafka.probe import BrokerUnavailable, probe_broker
+    from scorer.kafka.probe import BrokerUnavailable, probe_broker, wait_for_group_coordinator
 
     try:
         asyncio.run(probe_broker(settings.aiokafka_options(), timeout=15.0))
@@ -37,6 +37,7 @@ def check_broker(settings: Settings) -> None:
             f"{error} (check KAFKA_BOOTSTRAP_SERVERS, SCORER_KAFKA_SECURITY_PROTOCOL and the "
             "SCORER_KAFKA_SASL_* credentials)"
         ) from None
+    asyncio.run(wait_for_group_coordinator(settings.aiokafka_options(), settings.app_id))
 
 
 def check_web_port(settings: Settings) -> None:

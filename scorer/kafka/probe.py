@@ -51,3 +51,32 @@ async def probe_broker(options: Mapping[str, object], timeout: float = 10.0) -> 
         conn.close()
         return address.strip()
     raise BrokerUnavailable(f"cannot use Kafka at {bootstrap}: {causes[-1]}")
+
+
+async def wait_for_group_coordinator(
+    options: Mapping[str, object], group_id: str, timeout: float = 30.0
+) -> bool:
+    """Wait until the broker names a coordinator for ``group_id``; False after
+    ``timeout`` (the caller goes on: the consumer retries by itself).
+
+    A fresh broker has no coordinator until it has created its offsets topic, and
+    aiokafka's consumer logs each refused lookup meanwhile at ERROR level (``Group
+    Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError``),
+    which pages whoever alerts on ERROR lines at every first deploy. Asked here
+    first, quietly, the consumer finds the coordinator at its first try."""
+    from aiokafka import AIOKafkaClient
+
+    client = AIOKafkaClient(**options)
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        await client.bootstrap()
+        while True:
+            try:
+                await client.coordinator_lookup(0, group_id)  # 0: a consumer group
+                return True
+            except KafkaError:  # CoordinatorNotAvailable, NotCoordinator: not yet
+                if asyncio.get_running_loop().time() >= deadline:
+                    return False
+                await asyncio.sleep(0.5)
+    finally:
+        await client.close()

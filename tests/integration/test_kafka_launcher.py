@@ -93,3 +93,35 @@ def test_status_without_broker_exits_1(tmp_path: Path) -> None:
 
     assert status.returncode == 1
     assert "not running" in status.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_worker_on_a_fresh_broker_logs_no_error(tmp_path: Path, guarantee: str) -> None:
+    """The first worker of a brand-new broker (no offsets topic yet: no group
+    coordinator) starts without one ERROR line: an operator who alerts on them is not
+    paged by a first deploy."""
+    from scorer.kafka.topics import ensure_topics
+    from tests.support.kafka import settings_for
+    from tests.support.worker import Worker
+
+    try:
+        up = _scorer(tmp_path, "up")
+        assert up.returncode == 0, up.stderr
+        bootstrap = json.loads((tmp_path / "kafka" / "broker.json").read_text())["bootstrap"]
+        settings = settings_for(bootstrap, tmp_path, partitions=2, processing_guarantee=guarantee)
+        ensure_topics(settings)
+        worker = Worker(settings, tmp_path).launch("--loglevel", "info")
+        try:
+            worker.wait_ready(120)
+        finally:
+            worker.stop()
+        log = worker.log.read_text()
+        alarming = [
+            line for line in log.splitlines()
+            if "[ERROR]" in line or "[CRITICAL]" in line or line.startswith("Traceback")
+        ]  # fmt: skip
+        assert not alarming, "\n".join(alarming[:10])
+        assert "scorer worker ready" in log
+    finally:
+        _scorer(tmp_path, "down")
