@@ -121,7 +121,6 @@ def paired_anytime(
     n = len(differences)
     totals, squares = differences.sum(axis=0), np.square(differences).sum(axis=0)
     return {
-        "pairs": n,
         "anytime95": {
             name: anytime.mean_interval(n, totals[i], squares[i], alpha)
             for i, name in enumerate(METRIC_NAMES)

@@ -53,11 +53,7 @@ def register(parts: StreamParts) -> None:
         total = 0
         # The table holds the standby copies of other workers' partitions too: those
         # are theirs to count and expire.
-        owned = {
-            tp.partition
-            for tp in app.assignor.assigned_actives()
-            if tp.topic == settings.results_topic
-        }
+        owned = parts.edge.owned_partitions(settings.results_topic)
         for query_id, stored in list(parked_table.items()):
             items = events.parked_items(stored)
             if not items or items[0].partition not in owned:

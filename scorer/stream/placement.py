@@ -74,6 +74,23 @@ class Misplaced:
         home = self.homes.of(key)
         return None if home == partition else home
 
+    def copy_if_misplaced(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+    ) -> Output | None:
+        """The rerouted copy of the record read at ``topic/partition/offset`` when it is
+        misplaced (:meth:`home_if_misplaced`, :meth:`reroute`), else None."""
+        home = self.home_if_misplaced(partition, key)
+        if home is None:
+            return None
+        assert key is not None  # a record without a key has no home
+        return self.reroute(topic, partition, offset, key, value, headers, home)
+
     def reroute(
         self,
         topic: str,

@@ -43,12 +43,11 @@ def register(parts: StreamParts) -> None:
             started = time.perf_counter()
             telemetry.inputs.labels("qrels").inc()
             message = event.message
-            home = parts.misplaced.home_if_misplaced(message.partition, message.key)
-            if home is not None:
-                rerouted = parts.misplaced.reroute(
-                    message.topic, message.partition, message.offset, message.key,
-                    message.value, message.headers, home,
-                )  # fmt: skip
+            rerouted = parts.misplaced.copy_if_misplaced(
+                message.topic, message.partition, message.offset, message.key,
+                message.value, message.headers,
+            )  # fmt: skip
+            if rerouted is not None:
                 await edge.send(rerouted, message)
                 continue
             if message.value is None:

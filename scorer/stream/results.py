@@ -127,14 +127,11 @@ class ResultBatches:
         telemetry.result_inputs.inc(len(records))
         misplaced = parts.misplaced
         for record in records:
-            home = misplaced.home_if_misplaced(tp.partition, record.key)
-            if home is not None:
-                outputs.append(
-                    misplaced.reroute(
-                        tp.topic, tp.partition, record.offset, record.key, record.value,
-                        record.headers, home,
-                    )
-                )  # fmt: skip
+            rerouted = misplaced.copy_if_misplaced(
+                tp.topic, tp.partition, record.offset, record.key, record.value, record.headers
+            )
+            if rerouted is not None:
+                outputs.append(rerouted)
                 continue
             try:
                 result = events.decode_keyed(events.decode_result, record.key, record.value)

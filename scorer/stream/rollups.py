@@ -55,11 +55,7 @@ def register(parts: StreamParts) -> None:
         if not dedupe:
             return
         started = time.perf_counter()
-        owned = {
-            tp.partition
-            for tp in parts.app.assignor.assigned_actives()
-            if tp.topic == settings.rollup_topic
-        }
+        owned = edge.owned_partitions(settings.rollup_topic)
         seen.rebuild(seen_table.data.items(), owned)
         logger.info(
             "Seen ids of rollup partitions %s indexed: %d in %.2f s",

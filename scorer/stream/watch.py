@@ -29,7 +29,6 @@ from prometheus_client import Gauge
 
 from scorer.metrics import METRIC_NAMES
 from scorer.stream.parts import StreamParts
-from scorer.stream.placement import HomePartitions
 
 logger = logging.getLogger(__name__)
 
@@ -123,16 +122,12 @@ def register(parts: StreamParts) -> None:
     if not pairs:
         return
     gauges = WatchGauges(parts.telemetry.registry)
-    homes = HomePartitions(settings.partitions)
+    homes = parts.misplaced.homes  # rollup records are keyed by run id, placed by murmur2
     alpha = settings.compare_alpha / CELLS_PER_PAIR
 
     @app.timer(interval=settings.watch_seconds)
     async def export_watched_pairs() -> None:
-        owned = {
-            tp.partition
-            for tp in app.assignor.assigned_actives()
-            if tp.topic == settings.rollup_topic
-        }
+        owned = parts.edge.owned_partitions(settings.rollup_topic)
         for baseline, candidate in pairs:
             pair = (baseline, candidate)
             if homes.of(baseline.encode()) not in owned:

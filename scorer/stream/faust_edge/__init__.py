@@ -72,6 +72,11 @@ class Edge:
         self._writers.append(writer)
         return writer
 
+    def owned_partitions(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` this worker owns now: its active assignment, not
+        the standby copies its tables also hold."""
+        return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
+
     def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` at the start of every offset commit, between two batches."""
         self.consumer_class.before_commit.append(hook)

@@ -223,16 +223,17 @@ UNDECODABLE = (UnsupportedCodecError, CorruptRecordException)
 
 
 def stop_undecodable(
-    fetcher: Any, tp: Any, start: int, error: Exception, undecodable: dict[Any, str]
+    fetcher: Any, tp: Any, start: int, error: Exception | None, undecodable: dict[Any, str]
 ) -> None:
     """Stop reading ``tp``, whose batch at ``start`` cannot be decoded: its buffered
     result is dropped and the partition paused here (so the fetcher does not fetch the
     same batch again and again), its position left at ``start``; the other partitions
-    go on. Said once per partition, in one line, with what to do."""
+    go on. Said once per partition, in one line, with what to do (``error`` None: the
+    partition was stopped before and came back; it is paused again, nothing said)."""
     del fetcher._records[tp]
     fetcher._notify(fetcher._wait_consume_future)
     fetcher._subscriptions.pause(tp)
-    if tp not in undecodable:
+    if error is not None and tp not in undecodable:
         # aiokafka's errors put their class name in front of str(); the message alone.
         undecodable[tp] = str(error.args[0]) if error.args else type(error).__name__
         logger.error(
@@ -284,7 +285,7 @@ async def fetch_batches(
                 continue
             start = result._partition_records.next_fetch_offset
             if tp in undecodable:
-                stop_undecodable(fetcher, tp, start, RuntimeError(undecodable[tp]), undecodable)
+                stop_undecodable(fetcher, tp, start, None, undecodable)  # paused again
                 continue
             try:
                 records = result.getall(max_records)
