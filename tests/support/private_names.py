@@ -23,6 +23,11 @@ Whose name it is, is decided by where it is defined, not by its spelling:
 
 Assignments to a third-party attribute (private or public) of an object that is
 not ``self`` are the runtime patches; they are collected apart too.
+
+Our modules are read, never imported; the third-party classes our classes derive
+from are imported, to walk their MRO. What the walk cannot see: a name reached
+through a string it does not read (``operator.attrgetter("_x")``, a ``type()``
+namespace), or a private name of another library (prometheus_client, the stdlib).
 """
 
 from __future__ import annotations
@@ -201,8 +206,6 @@ def _scan_python(source: str, module: str, found: ThirdPartyNames, names: set[st
             names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
-        elif isinstance(node, ast.keyword) and node.arg:
-            names.add(node.arg)  # attributes made by setattr in constructors, e.g. mode's
 
 
 def scan_third_party(packages: Iterable[str] = THIRD_PARTY) -> ThirdPartyNames:
@@ -236,7 +239,9 @@ def scan_third_party(packages: Iterable[str] = THIRD_PARTY) -> ThirdPartyNames:
 
 
 def _module_imports(tree: ast.Module, module: str) -> dict[str, str]:
-    """Local name -> dotted path, for the module's imports (at any level)."""
+    """Local name -> dotted path, for the module's imports (at any level; a relative
+    one resolved as from a plain module, not a package's ``__init__``: our code has
+    no relative imports)."""
     imports: dict[str, str] = {}
     package = module.rsplit(".", 1)[0]
     for node in ast.walk(tree):
