@@ -379,8 +379,13 @@ def find_uses(
                 bases.extend(our_class(*class_nodes[path]).third_party_bases)
             elif path.split(".")[0] in THIRD_PARTY:
                 value = _resolve(path)
-                if isinstance(value, type):
-                    bases.append(value)
+                if not isinstance(value, type):
+                    # Unresolved, every self. name of the class would pass for ours.
+                    raise LookupError(
+                        f"{module.path}:{node.lineno}: base class {path} of {node.name} "
+                        "is not a class of the installed package"
+                    )
+                bases.append(value)
         resolved_classes[id(node)] = _Class(tuple(bases), node)
         return resolved_classes[id(node)]
 

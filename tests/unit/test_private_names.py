@@ -208,3 +208,11 @@ def test_a_name_both_sides_define_waits_for_a_decision(third_party: ThirdPartyNa
     assert [(u.name, u.owners) for u in decided.uses] == [("_records", frozenset({"aiokafka"}))]
     assert decided.ambiguous == []
     assert decided.decided == {("scorer/holder.py", "self.fetcher", "_records")}
+
+
+def test_a_third_party_base_class_that_is_not_there_stops_the_walk(
+    third_party: ThirdPartyNames,
+) -> None:
+    module = sample("import faust\n\n\nclass Late(faust.NoSuchConsumer):\n    pass\n", "late")
+    with pytest.raises(LookupError, match=r"scorer/late.py:4: base class faust.NoSuchConsumer"):
+        find_uses([module], third_party)
