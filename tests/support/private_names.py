@@ -524,7 +524,8 @@ class _Walker(ast.NodeVisitor):
                 self.uses.append(Use(self.module.path, name, frozenset({owner}), kind, line))
             return
         owners = self.third_party.owners(name)
-        if not owners or not (store or is_private(name)):
+        dunder = name.startswith("__") and name.endswith("__")  # Python's, not a package's
+        if not owners or dunder or not (store or is_private(name)):
             return
         candidate = Ambiguous(self.module.path, ast.unparse(receiver), name, line)
         decision = self.decisions.get(candidate.key)

@@ -159,6 +159,7 @@ class Plain:
 def install(app, replacement):
     app._new_consumer = replacement
     app.on_stop = replacement
+    install.__doc__ = "Not a patch."
 """
 
 AMBIGUOUS = """
@@ -191,7 +192,7 @@ def test_the_walk_counts_third_party_names_by_where_they_are_defined(
     assert inventory.names()["scorer/sample.py", "_records"] == {"aiokafka"}
     assert inventory.names()["scorer/sample.py", "_n_acked"] == {"faust"}
     # Ours (``_sample_*``) and public names are not uses; both assignments on ``app``
-    # are patches.
+    # are patches, a docstring set on our function is not.
     assert {patch.name for patch in inventory.patches} == {"_new_consumer", "on_stop"}
     assert inventory.ambiguous == []
 
