@@ -33,11 +33,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from scorer.measures import GROUPS, MEASURES, METRIC_NAMES
+
+__all__ = ["METRIC_NAMES", "Judgments", "MetricValues", "score"]
+
 NDCG_CUTOFF = 10
 """nDCG is always cut at 10 (convention 2)."""
-
-METRIC_NAMES: tuple[str, ...] = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
-"""Wire names of the five metrics, in the order of :class:`MetricValues`."""
 
 # log2(rank + 1) for the ranks nDCG@10 can see; index 0 is rank 1.
 _LOG2_RANK = tuple(math.log2(rank + 1) for rank in range(1, NDCG_CUTOFF + 1))
@@ -52,17 +53,28 @@ def gain(grade: int) -> float:
     return float(2**grade - 1) if grade > 0 else 0.0
 
 
-class MetricValues(NamedTuple):
-    """The five metrics of one ranked list, in wire order (see ``METRIC_NAMES``)."""
+_MetricTuple = NamedTuple(  # type: ignore[misc]  # fields from the registry
+    "_MetricTuple", [(m.field, int if m.integer else float) for m in MEASURES]
+)
 
-    recall_at_k: float
-    precision_at_k: float
-    ndcg_at_10: float
-    mrr: float
-    hit_at_k: int
+# (wire object, its (wire name, slot) pairs), for as_wire.
+_WIRE_GROUPS = tuple(
+    (group, tuple((m.wire, m.slot) for m in members)) for group, members in GROUPS.items()
+)
 
-    def as_wire(self) -> dict[str, float | int]:
-        """The ``retrievalMetrics`` object of the wire format (camelCase keys)."""
+
+class MetricValues(_MetricTuple):
+    """The measures of one ranked list, one field per spec of ``scorer.measures.MEASURES``
+    (its ``field`` name), in slot order."""
+
+    __slots__ = ()
+
+    def as_wire(self) -> dict[str, dict[str, float | int]]:
+        """The scored event's metric objects (``retrievalMetrics`` ...), camelCase keys."""
+        return {group: {wire: self[slot] for wire, slot in pairs} for group, pairs in _WIRE_GROUPS}
+
+    def as_flat(self) -> dict[str, float | int]:
+        """Wire name -> value of every measure (the shape of a rollup's ``metrics``)."""
         return dict(zip(METRIC_NAMES, self, strict=True))
 
 
@@ -103,7 +115,7 @@ def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
 
 
 def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
-    """All five metrics of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
+    """Every measure of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
 
     ``k`` is the cutoff of recall, precision and hit (>= 1); nDCG is cut at 10
     and MRR is not cut. See the module docstring for the conventions.
@@ -138,17 +150,18 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
             first_relevant_rank = top + rest.index(found) + 1
     n_relevant = judgments.n_relevant
     ideal = judgments.ideal_dcg
-    return MetricValues(  # positional: the order of METRIC_NAMES
+    return MetricValues(  # positional: the slots of scorer.measures.MEASURES
         hits / n_relevant if n_relevant else 0.0,
         hits / k,
         dcg / ideal if ideal > 0 else 0.0,
         1.0 / first_relevant_rank if first_relevant_rank else 0.0,
         1 if hits else 0,
+        # A measure added to the registry returns its value here, in its slot.
     )
 
 
 def retrieval_metrics(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> MetricValues:
-    """All five metrics of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
+    """Every measure of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
     return score(ranked, Judgments.from_qrels(qrels), k)
 
 

@@ -137,7 +137,7 @@ def score_result(
         "queryId": result.query_id,
         "facets": facets,
         "k": k,
-        "retrievalMetrics": values.as_wire(),
+        **values.as_wire(),
         "qrelsFingerprint": entry["fingerprint"],
         "scorerVersion": __version__,
         "scoredAt": now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),

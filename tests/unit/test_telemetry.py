@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scorer.measures import MEASURES
 from scorer.metrics import MetricValues
 from scorer.stream.telemetry import FacetLabels, Telemetry
 
@@ -44,20 +45,21 @@ def retrieval_lines(registry) -> list[str]:
 
 
 def reference_histograms(registry):
-    """prometheus_client's own histograms of the five metrics, by facet and value."""
+    """prometheus_client's own histograms of every measure, by facet and value."""
     from prometheus_client import Histogram
 
-    from scorer.stream.telemetry import METRIC_BUCKETS, METRIC_SERIES
+    from scorer.measures import MEASURES
+    from scorer.stream.telemetry import METRIC_BUCKETS
 
     return [
         Histogram(
-            f"scorer_retrieval_{name}",
-            f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
+            f"scorer_retrieval_{m.field}",
+            m.prometheus_help,
             ("facet", "value"),
             buckets=METRIC_BUCKETS,
             registry=registry,
         )
-        for name in METRIC_SERIES
+        for m in MEASURES
     ]
 
 
@@ -78,7 +80,7 @@ def test_metric_histograms_expose_what_prometheus_client_histograms_would():
     pool = [*METRIC_BUCKETS, 1.5, -0.0, 0.05, 0.999999]
     for _ in range(500):
         values = MetricValues(
-            *(rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in range(5))
+            *(rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in MEASURES)
         )
         facets = {"type": rng.choice(["faq", "howto"])} if rng.random() < 0.7 else {}
         telemetry.observe_metrics(values, facets)

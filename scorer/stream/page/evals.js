@@ -7,14 +7,9 @@
 (() => {
   const API = "/api/v1/evals/runs";
   const POLL_MS = 3000;
-  const METRICS = [
-    ["recallAtK", "Recall@k"],
-    ["precisionAtK", "Precision@k"],
-    ["ndcgAt10", "nDCG@10"],
-    ["mrr", "MRR"],
-    ["hitAtK", "Hit@k"],
-  ];
-  const HEADLINE = [["ndcgAt10", "nDCG@10"], ["recallAtK", "Recall@k"], ["hitAtK", "Hit@k"]];
+  // [wire name, label] of every measure and of the run list's headline ones, written in
+  // from the registry (scorer.measures) when the page is assembled.
+  const { METRICS, HEADLINE } = /*EVALS-MEASURES*/;
   const LOSSES = [
     ["miss", "miss (1 − hit@k)", "solid line, circles"],
     ["ndcgLoss", "nDCG loss (1 − nDCG@10)", "dashed line, squares"],
@@ -436,7 +431,7 @@
     const entries = Object.entries(values);
     const rows = entries.map(([value, aggregate]) => ({ value, ...aggregate }));
     const order = sorting[id] || { key: "count", dir: "desc" };
-    const chartMetric = METRICS.find(([key]) => key === order.key) || METRICS[2];
+    const chartMetric = METRICS.find(([key]) => key === order.key) || METRICS.find(([key]) => key === "ndcgAt10");
     const byTable = [...rows].sort((x, y) => (y.metrics[chartMetric[0]] - x.metrics[chartMetric[0]]));
     return h("section", { "aria-labelledby": `${id}-title` },
       h("h3", { id: `${id}-title` }, facet),
