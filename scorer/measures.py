@@ -21,6 +21,9 @@ from typing import Any
 
 RETRIEVAL = "retrievalMetrics"
 """Wire object of the seed's five metrics (exactly these keys, in the scored event)."""
+JUDGMENT = "judgmentMetrics"
+"""Wire object of what the judgments say about a ranking beyond the five: how much of
+it is judged, and the best nDCG@10 its candidates allow."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ class Measure:
     heading: str
     """Column heading in ``scorer eval``'s text tables (compact)."""
     group: str
-    """The scored event's object holding it (:data:`RETRIEVAL`)."""
+    """The scored event's object holding it: :data:`RETRIEVAL` or :data:`JUDGMENT`."""
     description: str
     """One line: the Prometheus help and the OpenAPI description."""
     integer: bool = False
@@ -70,6 +73,11 @@ MEASURES: tuple[Measure, ...] = (
             "Reciprocal rank of the first relevant id (no cutoff)."),
     Measure(4, "hitAtK", "hit_at_k", "Hit@k", "hit@k", RETRIEVAL,
             "1 if a relevant id is in the top k, else 0.", integer=True, headline=3),
+    Measure(5, "judgedAtK", "judged_at_k", "Judged@k", "judged@k", JUDGMENT,
+            "Share of the filled top-k slots holding a judged id (any grade).", watched=False),
+    Measure(6, "candidateNdcgAt10", "candidate_ndcg_at_10", "Candidate nDCG@10", "cand. nDCG@10",
+            JUDGMENT, "nDCG@10 of the returned ids reordered by grade: a reranker's best.",
+            watched=False),
 )  # fmt: skip
 
 if [m.slot for m in MEASURES] != list(range(len(MEASURES))):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from scorer.measures import GROUPS, MEASURES, METRIC_NAMES
@@ -91,12 +91,18 @@ class Judgments:
     n_relevant: int
     ideal_dcg: float
     """DCG@10 of the ideal ranking: all relevant grades, descending."""
+    others: Mapping[str, int] = field(default_factory=dict)
+    """The judged ids that are not relevant (grade <= 0) and their grades: judged@k
+    counts them. Empty for a worker's qrels table entry from before judged@k."""
 
     @classmethod
     def from_qrels(cls, qrels: Mapping[str, int]) -> Judgments:
         relevant = {doc: grade for doc, grade in qrels.items() if grade >= 1}
         return cls(
-            grades=relevant, n_relevant=len(relevant), ideal_dcg=_ideal_dcg(relevant.values())
+            grades=relevant,
+            n_relevant=len(relevant),
+            ideal_dcg=_ideal_dcg(relevant.values()),
+            others={doc: grade for doc, grade in qrels.items() if grade < 1},
         )
 
 
@@ -117,45 +123,67 @@ def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
 def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
     """Every measure of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
 
-    ``k`` is the cutoff of recall, precision and hit (>= 1); nDCG is cut at 10
+    ``k`` is the cutoff of recall, precision, hit and judged (>= 1); nDCG is cut at 10
     and MRR is not cut. See the module docstring for the conventions.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     grades = judgments.grades
+    others = judgments.others
     gains = _GAINS
     credited: set[str] = set()
+    found: list[int] = []  # grades of the distinct relevant ids returned
     hits = 0
+    judged_slots = 0
     dcg = 0.0
     first_relevant_rank = 0
-    # Every metric but MRR lives in the top max(k, 10); only relevant ids cost more
-    # than a dict lookup.
+    # Every metric but MRR and the candidate nDCG lives in the top max(k, 10); only
+    # judged ids cost more than a dict lookup.
     top = k if k > NDCG_CUTOFF else NDCG_CUTOFF
+    # A repeated judged id is judged in every slot it takes.
     for index, doc in enumerate(ranked[:top]):
         grade = grades.get(doc)
-        if grade is None or doc in credited:
+        if grade is None:
+            if index < k and doc in others:
+                judged_slots += 1
+            continue
+        if index < k:
+            judged_slots += 1
+        if doc in credited:
             continue
         credited.add(doc)
+        found.append(grade)
         if not first_relevant_rank:
             first_relevant_rank = index + 1
         if index < k:
             hits += 1
         if index < NDCG_CUTOFF:
             dcg += (gains[grade] if grade < len(gains) else gain(grade)) / _LOG2_RANK[index]
-    if not first_relevant_rank and len(ranked) > top:
-        # MRR has no cutoff: find the first relevant id below, at C speed.
-        rest = ranked[top:]
-        found = next(filter(grades.__contains__, rest), None)
-        if found is not None:
-            first_relevant_rank = top + rest.index(found) + 1
     n_relevant = judgments.n_relevant
+    if len(ranked) > top and len(found) < n_relevant:
+        # MRR has no cutoff and the candidates are every returned id: the relevant
+        # ids below the top, found at C speed.
+        rest = ranked[top:]
+        below = list(filter(grades.__contains__, rest))
+        if below:
+            if not first_relevant_rank:
+                first_relevant_rank = top + rest.index(below[0]) + 1
+            found.extend(grades[doc] for doc in set(below).difference(credited))
     ideal = judgments.ideal_dcg
+    if ideal > 0:
+        # Every relevant id returned: the candidates' best order is the ideal one.
+        candidate = 1.0 if len(found) == n_relevant else _ideal_dcg(found) / ideal
+    else:
+        candidate = 0.0
+    filled = k if len(ranked) > k else len(ranked)
     return MetricValues(  # positional: the slots of scorer.measures.MEASURES
         hits / n_relevant if n_relevant else 0.0,
         hits / k,
         dcg / ideal if ideal > 0 else 0.0,
         1.0 / first_relevant_rank if first_relevant_rank else 0.0,
         1 if hits else 0,
+        judged_slots / filled if filled else 0.0,
+        candidate,
         # A measure added to the registry returns its value here, in its slot.
     )
 

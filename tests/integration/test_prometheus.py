@@ -403,7 +403,7 @@ def test_rolling_aurc_equals_the_bucketed_aurc_of_the_scored_events(live: LiveSt
         metrics = event.retrieval_metrics
         exact.add(
             event.confidence,
-            MetricValues(0.0, 0.0, metrics.ndcg_at_10, 0.0, metrics.hit_at_k),
+            MetricValues(0.0, 0.0, metrics.ndcg_at_10, 0.0, metrics.hit_at_k, 0.0, 0.0),
         )
     overall = exact.curves()
     for series, loss, tolerance in (

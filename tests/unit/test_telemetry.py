@@ -19,7 +19,10 @@ def test_only_allowlisted_facets_become_labels_and_values_are_capped():
 
 def test_histogram_sums_and_counts_equal_the_observed_metrics():
     telemetry = Telemetry(["type"], 10)
-    observed = [MetricValues(1.0, 0.3, 0.738, 1.0, 1), MetricValues(0.0, 0.0, 0.0, 0.0, 0)]
+    observed = [
+        MetricValues(1.0, 0.3, 0.738, 1.0, 1, 1.0, 1.0),
+        MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
+    ]
     telemetry.observe_scored(observed[0], {"type": "factoid"})
     telemetry.observe_scored(observed[1], {"type": "list"})
     ndcg_sum = telemetry.sample("scorer_retrieval_ndcg_at_10_sum", {"facet": "all", "value": "all"})
@@ -95,9 +98,9 @@ def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
     telemetry = Telemetry(["type"], 10, confidence_edges=(0.25, 0.5, 1.0))
     # (confidence, hit, nDCG): 0.5 is in the bucket whose upper edge it is; 7.0 in +Inf.
     for confidence, hit, ndcg in [(0.9, 1, 0.75), (0.5, 0, 0.0), (0.1, 1, 0.5), (7.0, 0, 0.0)]:
-        values = MetricValues(1.0, 0.1, ndcg, 1.0, hit)
+        values = MetricValues(1.0, 0.1, ndcg, 1.0, hit, 1.0, 1.0)
         telemetry.observe_scored(values, {"type": "faq"}, confidence)
-    telemetry.observe_scored(MetricValues(0.0, 0.0, 0.0, 0.0, 0), {"type": "new"})
+    telemetry.observe_scored(MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0), {"type": "new"})
 
     def counts(name: str, facet: str, value: str) -> list[float]:
         labels = {"facet": facet, "value": value}
@@ -159,8 +162,9 @@ def test_cached_series_observe_what_the_label_pairs_say():
         if rng.random() < 0.3:
             facets = dict(reversed(list(facets.items())))
         values = MetricValues(
-            rng.random(), rng.choice([0.0, 0.1, 1.0]), rng.random(), rng.random(), rng.randint(0, 1)
-        )
+            rng.random(), rng.choice([0.0, 0.1, 1.0]), rng.random(), rng.random(),
+            rng.randint(0, 1), rng.random(), rng.random(),
+        )  # fmt: skip
         confidence = None if rng.random() < 0.2 else rng.uniform(-1.0, 2.0)
         telemetry.observe_metrics(values, facets, confidence)
         for pair in reference_labels.label_pairs(facets):
