@@ -168,7 +168,10 @@ class ScoredResult(WireModel):
     )
     k: Annotated[int, Field(ge=1, le=MAX_K)]
     retrieval_metrics: RetrievalMetrics
-    judgment_metrics: JudgmentMetrics
+    judgment_metrics: JudgmentMetrics | None = Field(
+        default=None,
+        description="judgedAtK and candidateNdcgAt10; absent in events scored before they existed.",
+    )
     confidence: FiniteFloat | None = Field(
         default=None,
         description="The result's confidence used by risk-coverage (its confidence, else "

@@ -42,7 +42,7 @@ from scorer.io import (
     Retrieval,
     iter_retrievals,
 )
-from scorer.measures import MEASURES
+from scorer.measures import MEASURES, each, unrolled
 from scorer.metrics import Judgments, MetricValues, score
 from scorer.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.rollup import RunRollup
@@ -55,6 +55,17 @@ from scorer.significance import (
 
 ZERO = MetricValues(*(0 if m.integer else 0.0 for m in MEASURES))
 """The measures of an empty ranking: what ``complete`` gives a judged query a run lacks."""
+
+
+_add_to_query_sums = unrolled(
+    """
+def add(sums, values):
+    {values}, = values
+    {sums}
+    sums[-1] += 1
+""".format(values=each("v$"), sums=each("sums[$] += v$", "\n    ")),
+    "add",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +117,7 @@ class RunEvaluation:
         if sums is None:
             self.per_query[query_id] = [*values, 1]
             return
-        for index, value in enumerate(values):
-            sums[index] += value
-        sums[-1] += 1
+        _add_to_query_sums(sums, values)
 
     def query_means(self) -> dict[str, list[float]]:
         """Query id -> the mean of each metric over that query's rankings (METRIC_NAMES order)."""

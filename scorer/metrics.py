@@ -160,19 +160,26 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
         if index < NDCG_CUTOFF:
             dcg += (gains[grade] if grade < len(gains) else gain(grade)) / _LOG2_RANK[index]
     n_relevant = judgments.n_relevant
-    if len(ranked) > top and len(found) < n_relevant:
-        # MRR has no cutoff and the candidates are every returned id: the relevant
-        # ids below the top, found at C speed.
-        rest = ranked[top:]
-        below = list(filter(grades.__contains__, rest))
-        if below:
-            if not first_relevant_rank:
-                first_relevant_rank = top + rest.index(below[0]) + 1
-            found.extend(grades[doc] for doc in set(below).difference(credited))
+    if len(found) < n_relevant and len(ranked) > top:
+        # MRR has no cutoff, and the candidates are every returned id: the relevant
+        # ids below the top, looked for at C speed (the tail is most of a long list).
+        if not first_relevant_rank:
+            rest = ranked[top:]
+            first = next(filter(grades.__contains__, rest), None)
+            if first is not None:
+                first_relevant_rank = top + rest.index(first) + 1
+        if first_relevant_rank:
+            # Relevant ids of the top are all credited: the rest are found below it.
+            found += map(grades.__getitem__, (grades.keys() - credited).intersection(ranked))
     ideal = judgments.ideal_dcg
-    if ideal > 0:
-        # Every relevant id returned: the candidates' best order is the ideal one.
-        candidate = 1.0 if len(found) == n_relevant else _ideal_dcg(found) / ideal
+    if ideal > 0 and found:
+        if len(found) == n_relevant:
+            candidate = 1.0  # every relevant id returned: their best order is the ideal
+        else:
+            best = 0.0
+            for grade, log2_rank in zip(sorted(found, reverse=True), _LOG2_RANK, strict=False):
+                best += (gains[grade] if grade < len(gains) else gain(grade)) / log2_rank
+            candidate = best / ideal
     else:
         candidate = 0.0
     filled = k if len(ranked) > k else len(ranked)

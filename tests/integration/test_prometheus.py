@@ -309,7 +309,12 @@ def expected_means(events: list[ScoredResult], allowlist: tuple[str, ...]) -> di
     for event in events:
         pairs = [(ALL, ALL)] + [(f, v) for f, v in event.facets.items() if f in allowlist]
         for metric in METRIC_SERIES:
-            value = float(getattr(event.retrieval_metrics, metric))
+            group = (
+                event.retrieval_metrics
+                if metric in type(event.retrieval_metrics).model_fields
+                else event.judgment_metrics
+            )
+            value = float(getattr(group, metric))
             for facet, label_value in pairs:
                 sums[metric, facet, label_value] += value
                 counts[metric, facet, label_value] += 1
