@@ -18,6 +18,10 @@ docs/metrics.md); every function here follows all of them:
    cutoff; 0 when no relevant id was returned.
 7. A repeated id keeps its rank slot but earns nothing after its first
    occurrence.
+8. judged@k is the share of the ``min(k, returned)`` top slots whose id has a
+   grade, any grade (a repeat is judged in every slot); 0 for an empty ranking.
+9. candidate nDCG@10 is the DCG@10 of the distinct returned ids (the whole
+   list) sorted by grade descending, over the same IDCG as nDCG@10.
 
 These reproduce trec_eval ``ndcg_cut.10`` on qrels remapped to gains
 {1: 1, 2: 3, 3: 7}, ``recip_rank``, ``success.k``, ``P.k`` and ``recall.k``,
