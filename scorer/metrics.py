@@ -173,8 +173,15 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
             if first is not None:
                 first_relevant_rank = top + rest.index(first) + 1
         if first_relevant_rank:
-            # Relevant ids of the top are all credited: the rest are found below it.
-            found += map(grades.__getitem__, (grades.keys() - credited).intersection(ranked))
+            # Relevant ids of the top are all credited: the rest are found below it. A
+            # ranking that can find ids without being split (``JoinedRanking.among``)
+            # is asked to.
+            missing = grades.keys() - credited
+            among = getattr(ranked, "among", None)
+            found += map(
+                grades.__getitem__,
+                missing.intersection(ranked) if among is None else among(missing),
+            )
     ideal = judgments.ideal_dcg
     if ideal > 0 and found:
         if len(found) == n_relevant:

@@ -105,3 +105,16 @@ def test_judged_at_k_equals_ir_measures(qrels: dict[str, int], ranked: list[str]
     judged = [ir_measures.Qrel("q", doc, grade) for doc, grade in qrels.items()]
     (peer,) = ir_measures.iter_calc([ir_measures.Judged @ k], judged, run)
     assert retrieval_metrics(ranked, qrels, k).judged_at_k == pytest.approx(peer.value, abs=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranked=st.lists(docs, min_size=1, max_size=25), qrels=qrels_strategy, k=st.integers(1, 12))
+def test_a_joined_ranking_scores_as_its_list(
+    ranked: list[str], qrels: dict[str, int], k: int
+) -> None:
+    """``scorer eval``'s rankings stay joined text (``JoinedRanking``); the candidates
+    below the top are found in it without splitting: the same numbers as the list."""
+    from scorer.io.runs import JoinedRanking
+
+    judgments = Judgments.from_qrels(qrels)
+    assert score(JoinedRanking("\n".join(ranked)), judgments, k) == score(ranked, judgments, k)
