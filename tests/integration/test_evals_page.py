@@ -358,5 +358,13 @@ def test_the_offline_report_of_scorer_eval_renders_without_a_worker(browser, tmp
     browser.get(report.as_uri() + "#/run/bm25-v1")
     path = wait(browser, "#risk-chart path.curve.miss").get_attribute("d")
     assert path.count("L") == len(document["runs"]["bm25-v1"]["riskCoverage"]["miss"]["curve"]) - 1
+    means = document["runs"]["bm25-v1"]["metrics"]
+    overall = browser.find_element(By.CSS_SELECTOR, '#loss-split tr[data-facet="all"]')
+    first = overall.find_element(By.CSS_SELECTOR, 'td[data-loss="firstStage"]')
+    ordering = overall.find_element(By.CSS_SELECTOR, 'td[data-loss="ordering"]')
+    assert float(first.get_attribute("data-value")) == 1 - means["candidateNdcgAt10"]
+    assert float(ordering.get_attribute("data-value")) == (
+        means["candidateNdcgAt10"] - means["ndcgAt10"]
+    )
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
