@@ -3,6 +3,7 @@
 from schemas.events import (
     WIRE_MODELS,
     GoldenQuery,
+    JudgmentMetrics,
     RetrievalMetrics,
     RetrievalResult,
     ScoredResult,
@@ -13,6 +14,7 @@ from schemas.events import (
 __all__ = [
     "WIRE_MODELS",
     "GoldenQuery",
+    "JudgmentMetrics",
     "RetrievalMetrics",
     "RetrievalResult",
     "ScoredResult",

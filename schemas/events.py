@@ -143,6 +143,20 @@ class RetrievalMetrics(WireModel):
     hit_at_k: Annotated[int, Field(ge=0, le=1)]
 
 
+class JudgmentMetrics(WireModel):
+    """How far the judgments cover one ranked list, and what its candidates allow."""
+
+    judged_at_k: Unit = Field(
+        description="Share of the top-k slots the ranking fills (min(k, returned)) holding "
+        "a judged id of any grade, 0 included; 0 for an empty ranking."
+    )
+    candidate_ndcg_at_10: Unit = Field(
+        alias="candidateNdcgAt10",
+        description="nDCG@10 of the distinct returned ids reordered by grade, descending "
+        "(same ideal DCG as ndcgAt10): the best a reranker could reach with these candidates.",
+    )
+
+
 class ScoredResult(WireModel):
     """A retrieval scored against its query's qrels (scored topic, key = queryId)."""
 
@@ -154,6 +168,10 @@ class ScoredResult(WireModel):
     )
     k: Annotated[int, Field(ge=1, le=MAX_K)]
     retrieval_metrics: RetrievalMetrics
+    judgment_metrics: JudgmentMetrics | None = Field(
+        default=None,
+        description="judgedAtK and candidateNdcgAt10; absent in events scored before they existed.",
+    )
     confidence: FiniteFloat | None = Field(
         default=None,
         description="The result's confidence used by risk-coverage (its confidence, else "
@@ -169,5 +187,6 @@ WIRE_MODELS: tuple[type[WireModel], ...] = (
     RetrievalResult,
     GoldenQuery,
     RetrievalMetrics,
+    JudgmentMetrics,
     ScoredResult,
 )

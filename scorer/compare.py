@@ -26,11 +26,12 @@ advance. Beside each, ``anytime95`` is an anytime-valid confidence sequence
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import METRIC_NAMES
 from scorer.rollup import MetricAggregate, t_quantile_975
 
 if TYPE_CHECKING:
@@ -51,15 +52,16 @@ def _anytime() -> Any:
 def welch_interval(a: MetricAggregate, b: MetricAggregate, index: int) -> list[float] | None:
     """95% interval of ``mean(b) - mean(a)`` for one metric; None when a run has fewer
     than two results (no spread to estimate)."""
-    if a.count < 2 or b.count < 2:
+    count_a, count_b = a.count_of(index), b.count_of(index)
+    if count_a < 2 or count_b < 2:
         return None
-    delta = b.sums[index] / b.count - a.sums[index] / a.count
-    share_a = a.variance(index) / a.count
-    share_b = b.variance(index) / b.count
+    delta = b.sums[index] / count_b - a.sums[index] / count_a
+    share_a = a.variance(index) / count_a
+    share_b = b.variance(index) / count_b
     standard_error = math.sqrt(share_a + share_b)
     if standard_error == 0.0:
         return [delta, delta]
-    df = (share_a + share_b) ** 2 / (share_a**2 / (a.count - 1) + share_b**2 / (b.count - 1))
+    df = (share_a + share_b) ** 2 / (share_a**2 / (count_a - 1) + share_b**2 / (count_b - 1))
     half = t_quantile_975(df) * standard_error
     return [delta - half, delta + half]
 
@@ -70,8 +72,8 @@ def anytime_difference(
     """Anytime-valid interval of ``mean(b) - mean(a)`` for one metric over every result
     of each run (None until both have one)."""
     return _anytime().difference_interval(
-        (a.count, a.sums[index], a.sumsqs[index]),
-        (b.count, b.sums[index], b.sumsqs[index]),
+        (a.count_of(index), a.sums[index], a.sumsqs[index]),
+        (b.count_of(index), b.sums[index], b.sumsqs[index]),
         alpha,
     )
 
@@ -118,16 +120,17 @@ def paired_anytime(
 
     anytime = _anytime()
     differences = first_differences(first_a, first_b)
-    n = len(differences)
-    totals, squares = differences.sum(axis=0), np.square(differences).sum(axis=0)
+    # A query whose entry predates a measure has NaN for it: left out of that one.
+    columns = [differences[:, i] for i in range(len(METRIC_NAMES))]
+    columns = [c if np.isfinite(c).all() else c[np.isfinite(c)] for c in columns]
     return {
         "anytime95": {
-            name: anytime.mean_interval(n, totals[i], squares[i], alpha)
-            for i, name in enumerate(METRIC_NAMES)
+            name: anytime.mean_interval(len(column), column.sum(), np.square(column).sum(), alpha)
+            for name, column in zip(METRIC_NAMES, columns, strict=True)
         },
         "trajectory": {
-            name: anytime.trajectory(differences[:, i], points, alpha)
-            for i, name in enumerate(METRIC_NAMES)
+            name: anytime.trajectory(column, points, alpha)
+            for name, column in zip(METRIC_NAMES, columns, strict=True)
         },
     }
 
@@ -142,20 +145,24 @@ def paired(
     losses = [0] * len(METRIC_NAMES)
     for query in shared:
         row = [b - a for a, b in zip(per_query_a[query], per_query_b[query], strict=True)]
-        differences.add(row)
+        if all(map(math.isfinite, row)):
+            differences.add(row)
+        else:  # an entry from before a measure existed: NaN for it (run_state)
+            differences.add_partial(list(itertools.takewhile(math.isfinite, row)))
         for index, difference in enumerate(row):
             wins[index] += difference > 0
             losses[index] += difference < 0
     means, intervals = differences.means(), differences.t_interval95()
+    counts = [differences.count_of(index) for index in range(len(METRIC_NAMES))]
     return {
         "queries": len(shared),
         "metrics": {
             name: {
-                "delta": means[name] if shared else None,
-                "ci95": intervals[name] if len(shared) >= 2 else None,
+                "delta": means[name] if counts[index] else None,
+                "ci95": intervals[name] if counts[index] >= 2 else None,
                 "wins": wins[index],
                 "losses": losses[index],
-                "ties": len(shared) - wins[index] - losses[index],
+                "ties": counts[index] - wins[index] - losses[index],
             }
             for index, name in enumerate(METRIC_NAMES)
         },

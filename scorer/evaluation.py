@@ -42,6 +42,7 @@ from scorer.io import (
     Retrieval,
     iter_retrievals,
 )
+from scorer.measures import MEASURES, each, unrolled
 from scorer.metrics import Judgments, MetricValues, score
 from scorer.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.rollup import RunRollup
@@ -52,8 +53,19 @@ from scorer.significance import (
     compare_with_baseline,
 )
 
-ZERO = MetricValues(recall_at_k=0.0, precision_at_k=0.0, ndcg_at_10=0.0, mrr=0.0, hit_at_k=0)
-"""The metrics of an empty ranking: what ``complete`` gives a judged query a run lacks."""
+ZERO = MetricValues(*(0 if m.integer else 0.0 for m in MEASURES))
+"""The measures of an empty ranking: what ``complete`` gives a judged query a run lacks."""
+
+
+_add_to_query_sums = unrolled(
+    """
+def add(sums, values):
+    {values}, = values
+    {sums}
+    sums[-1] += 1
+""".format(values=each("v$"), sums=each("sums[$] += v$", "\n    ")),
+    "add",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +82,7 @@ class ScoredRetrieval:
         row: dict[str, Any] = {"runId": self.run_id, "queryId": self.query_id}
         if self.result_id is not None:
             row["resultId"] = self.result_id
-        row["retrievalMetrics"] = self.values.as_wire()
+        row.update(self.values.as_wire())
         if self.confidence is not None:
             row["confidence"] = self.confidence
         return row
@@ -105,9 +117,7 @@ class RunEvaluation:
         if sums is None:
             self.per_query[query_id] = [*values, 1]
             return
-        for index, value in enumerate(values):
-            sums[index] += value
-        sums[-1] += 1
+        _add_to_query_sums(sums, values)
 
     def query_means(self) -> dict[str, list[float]]:
         """Query id -> the mean of each metric over that query's rankings (METRIC_NAMES order)."""

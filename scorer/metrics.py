@@ -18,6 +18,10 @@ docs/metrics.md); every function here follows all of them:
    cutoff; 0 when no relevant id was returned.
 7. A repeated id keeps its rank slot but earns nothing after its first
    occurrence.
+8. judged@k is the share of the ``min(k, returned)`` top slots whose id has a
+   grade, any grade (a repeat is judged in every slot); 0 for an empty ranking.
+9. candidate nDCG@10 is the DCG@10 of the distinct returned ids (the whole
+   list) sorted by grade descending, over the same IDCG as nDCG@10.
 
 These reproduce trec_eval ``ndcg_cut.10`` on qrels remapped to gains
 {1: 1, 2: 3, 3: 7}, ``recip_rank``, ``success.k``, ``P.k`` and ``recall.k``,
@@ -30,14 +34,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from scorer.measures import GROUPS, MEASURES, METRIC_NAMES
+
+__all__ = ["METRIC_NAMES", "Judgments", "MetricValues", "score"]
 
 NDCG_CUTOFF = 10
 """nDCG is always cut at 10 (convention 2)."""
-
-METRIC_NAMES: tuple[str, ...] = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
-"""Wire names of the five metrics, in the order of :class:`MetricValues`."""
 
 # log2(rank + 1) for the ranks nDCG@10 can see; index 0 is rank 1.
 _LOG2_RANK = tuple(math.log2(rank + 1) for rank in range(1, NDCG_CUTOFF + 1))
@@ -52,17 +57,28 @@ def gain(grade: int) -> float:
     return float(2**grade - 1) if grade > 0 else 0.0
 
 
-class MetricValues(NamedTuple):
-    """The five metrics of one ranked list, in wire order (see ``METRIC_NAMES``)."""
+_MetricTuple = NamedTuple(  # type: ignore[misc]  # fields from the registry
+    "_MetricTuple", [(m.field, int if m.integer else float) for m in MEASURES]
+)
 
-    recall_at_k: float
-    precision_at_k: float
-    ndcg_at_10: float
-    mrr: float
-    hit_at_k: int
+# (wire object, its (wire name, slot) pairs), for as_wire.
+_WIRE_GROUPS = tuple(
+    (group, tuple((m.wire, m.slot) for m in members)) for group, members in GROUPS.items()
+)
 
-    def as_wire(self) -> dict[str, float | int]:
-        """The ``retrievalMetrics`` object of the wire format (camelCase keys)."""
+
+class MetricValues(_MetricTuple):
+    """The measures of one ranked list, one field per spec of ``scorer.measures.MEASURES``
+    (its ``field`` name), in slot order."""
+
+    __slots__ = ()
+
+    def as_wire(self) -> dict[str, dict[str, float | int]]:
+        """The scored event's metric objects (``retrievalMetrics`` ...), camelCase keys."""
+        return {group: {wire: self[slot] for wire, slot in pairs} for group, pairs in _WIRE_GROUPS}
+
+    def as_flat(self) -> dict[str, float | int]:
+        """Wire name -> value of every measure (the shape of a rollup's ``metrics``)."""
         return dict(zip(METRIC_NAMES, self, strict=True))
 
 
@@ -79,12 +95,18 @@ class Judgments:
     n_relevant: int
     ideal_dcg: float
     """DCG@10 of the ideal ranking: all relevant grades, descending."""
+    others: Mapping[str, int] = field(default_factory=dict)
+    """The judged ids that are not relevant (grade <= 0) and their grades: judged@k
+    counts them. Empty for a worker's qrels table entry from before judged@k."""
 
     @classmethod
     def from_qrels(cls, qrels: Mapping[str, int]) -> Judgments:
         relevant = {doc: grade for doc, grade in qrels.items() if grade >= 1}
         return cls(
-            grades=relevant, n_relevant=len(relevant), ideal_dcg=_ideal_dcg(relevant.values())
+            grades=relevant,
+            n_relevant=len(relevant),
+            ideal_dcg=_ideal_dcg(relevant.values()),
+            others={doc: grade for doc, grade in qrels.items() if grade < 1},
         )
 
 
@@ -103,52 +125,89 @@ def _ideal_dcg(relevant_grades: Iterable[int]) -> float:
 
 
 def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
-    """All five metrics of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
+    """Every measure of ``ranked`` in one pass over its top ``max(k, 10)`` ids.
 
-    ``k`` is the cutoff of recall, precision and hit (>= 1); nDCG is cut at 10
+    ``k`` is the cutoff of recall, precision, hit and judged (>= 1); nDCG is cut at 10
     and MRR is not cut. See the module docstring for the conventions.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     grades = judgments.grades
+    others = judgments.others
     gains = _GAINS
     credited: set[str] = set()
+    found: list[int] = []  # grades of the distinct relevant ids returned
     hits = 0
+    judged_slots = 0
     dcg = 0.0
     first_relevant_rank = 0
-    # Every metric but MRR lives in the top max(k, 10); only relevant ids cost more
-    # than a dict lookup.
+    # Every metric but MRR and the candidate nDCG lives in the top max(k, 10); only
+    # judged ids cost more than a dict lookup.
     top = k if k > NDCG_CUTOFF else NDCG_CUTOFF
+    # A repeated judged id is judged in every slot it takes.
     for index, doc in enumerate(ranked[:top]):
         grade = grades.get(doc)
-        if grade is None or doc in credited:
+        if grade is None:
+            if index < k and doc in others:
+                judged_slots += 1
+            continue
+        if index < k:
+            judged_slots += 1
+        if doc in credited:
             continue
         credited.add(doc)
+        found.append(grade)
         if not first_relevant_rank:
             first_relevant_rank = index + 1
         if index < k:
             hits += 1
         if index < NDCG_CUTOFF:
             dcg += (gains[grade] if grade < len(gains) else gain(grade)) / _LOG2_RANK[index]
-    if not first_relevant_rank and len(ranked) > top:
-        # MRR has no cutoff: find the first relevant id below, at C speed.
-        rest = ranked[top:]
-        found = next(filter(grades.__contains__, rest), None)
-        if found is not None:
-            first_relevant_rank = top + rest.index(found) + 1
     n_relevant = judgments.n_relevant
+    if len(found) < n_relevant and len(ranked) > top:
+        # MRR has no cutoff, and the candidates are every returned id: the relevant
+        # ids below the top, looked for at C speed (the tail is most of a long list).
+        if not first_relevant_rank:
+            rest = ranked[top:]
+            first = next(filter(grades.__contains__, rest), None)
+            if first is not None:
+                first_relevant_rank = top + rest.index(first) + 1
+        if first_relevant_rank:
+            # Relevant ids of the top are all credited: the rest are found below it. A
+            # ranking that can find ids without being split (``JoinedRanking.among``)
+            # is asked to.
+            missing = grades.keys() - credited
+            among = getattr(ranked, "among", None)
+            found += map(
+                grades.__getitem__,
+                missing.intersection(ranked) if among is None else among(missing),
+            )
     ideal = judgments.ideal_dcg
-    return MetricValues(  # positional: the order of METRIC_NAMES
+    if ideal > 0 and found:
+        if len(found) == n_relevant:
+            candidate = 1.0  # every relevant id returned: their best order is the ideal
+        else:
+            best = 0.0
+            for grade, log2_rank in zip(sorted(found, reverse=True), _LOG2_RANK, strict=False):
+                best += (gains[grade] if grade < len(gains) else gain(grade)) / log2_rank
+            candidate = best / ideal
+    else:
+        candidate = 0.0
+    filled = k if len(ranked) > k else len(ranked)
+    return MetricValues(  # positional: the slots of scorer.measures.MEASURES
         hits / n_relevant if n_relevant else 0.0,
         hits / k,
         dcg / ideal if ideal > 0 else 0.0,
         1.0 / first_relevant_rank if first_relevant_rank else 0.0,
         1 if hits else 0,
+        judged_slots / filled if filled else 0.0,
+        candidate,
+        # A measure added to the registry returns its value here, in its slot.
     )
 
 
 def retrieval_metrics(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> MetricValues:
-    """All five metrics of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
+    """Every measure of ``ranked`` against ``qrels`` (one pass over ``ranked``)."""
     return score(ranked, Judgments.from_qrels(qrels), k)
 
 

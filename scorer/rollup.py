@@ -20,11 +20,11 @@ variances would not.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import METRIC_NAMES, each, unrolled
 from scorer.stats import t_quantile_975, wilson_interval
 
 MAX_FACET_VALUES_PER_RUN = 200
@@ -61,66 +61,91 @@ def bounded_interval(count: int, total: float, total_of_squares: float) -> list[
     return [low, high]
 
 
-if len(METRIC_NAMES) != 5:  # MetricAggregate.add is written out for five
-    raise ImportError(f"rollups fold five metrics, METRIC_NAMES has {len(METRIC_NAMES)}")
+_N = len(METRIC_NAMES)
+
+_add = unrolled(
+    """
+def add(self, values):
+    "Fold in the measures of one result (in METRIC_NAMES order)."
+    self.count += 1
+    sums, sumsqs = self.sums, self.sumsqs
+    {values}, = values
+    {sums}
+    {squares}
+""".format(
+        values=each("v$"),
+        sums=each("sums[$] += v$", "\n    "),
+        squares=each("sumsqs[$] += v$ * v$", "\n    "),
+    ),
+    "add",
+)
 
 
 @dataclass(slots=True)
 class MetricAggregate:
-    """Count, sums and sums of squares of the five metrics over some results."""
+    """Count, sums and sums of squares of every measure over some results."""
 
     count: int = 0
-    sums: list[float] = field(default_factory=lambda: [0.0] * len(METRIC_NAMES))
-    sumsqs: list[float] = field(default_factory=lambda: [0.0] * len(METRIC_NAMES))
+    sums: list[float] = field(default_factory=lambda: [0.0] * _N)
+    sumsqs: list[float] = field(default_factory=lambda: [0.0] * _N)
+    unseen: list[int] | None = None
+    """Per slot, results folded in without that measure (a state or a row written
+    before the measure existed, ``RunRollup.add``); None when there are none."""
 
-    def add(self, values: Sequence[float]) -> None:
-        """Fold in the metrics of one result (in ``METRIC_NAMES`` order).
+    # Straight-line code from the registry (``scorer.measures.unrolled``): the worker
+    # folds every result into a run's overall aggregate and one per facet value.
+    add = _add
 
-        Written out for the five metrics: the streaming worker folds every result
-        into a run's overall aggregate and one per facet value, and the loop was
-        most of that fold's time."""
-        self.count += 1
-        sums, sumsqs = self.sums, self.sumsqs
-        v0, v1, v2, v3, v4 = values
-        sums[0] += v0
-        sums[1] += v1
-        sums[2] += v2
-        sums[3] += v3
-        sums[4] += v4
-        sumsqs[0] += v0 * v0
-        sumsqs[1] += v1 * v1
-        sumsqs[2] += v2 * v2
-        sumsqs[3] += v3 * v3
-        sumsqs[4] += v4 * v4
+    def add_partial(self, values: Sequence[float]) -> None:
+        """:meth:`add` of a result made before the last measures existed (fewer values
+        than slots): it counts as unseen for those, not as zeros."""
+        self.add([*values, *([0.0] * (_N - len(values)))])
+        self.mark_unseen(range(len(values), _N))
+
+    def mark_unseen(self, slots: Iterable[int]) -> None:
+        """Count the last result folded in as lacking the measures at ``slots``."""
+        unseen = self.unseen or [0] * _N
+        for index in slots:
+            unseen[index] += 1
+        self.unseen = unseen
+
+    def count_of(self, index: int) -> int:
+        """How many results have the measure at ``index``."""
+        return self.count - self.unseen[index] if self.unseen else self.count
 
     def merge(self, other: MetricAggregate) -> None:
         self.count += other.count
-        for i in range(len(METRIC_NAMES)):
+        for i in range(_N):
             self.sums[i] += other.sums[i]
             self.sumsqs[i] += other.sumsqs[i]
+        if other.unseen:
+            mine = self.unseen or [0] * _N
+            self.unseen = [a + b for a, b in zip(mine, other.unseen, strict=True)]
 
     def means(self) -> dict[str, float]:
-        """Mean of each metric (0.0 for an empty aggregate)."""
-        n = self.count
+        """Mean of each measure over the results that have it (0.0 with none)."""
         return {
-            name: (s / n if n else 0.0) for name, s in zip(METRIC_NAMES, self.sums, strict=True)
+            name: (s / n if (n := self.count_of(index)) else 0.0)
+            for index, (name, s) in enumerate(zip(METRIC_NAMES, self.sums, strict=True))
         }
 
     def ci95(self) -> dict[str, list[float]]:
         """95% confidence interval ``[low, high]`` of each mean, inside [0, 1]
         (:func:`bounded_interval`); the mean itself with fewer than two results."""
         return {
-            name: bounded_interval(self.count, s, sq)
-            for name, s, sq in zip(METRIC_NAMES, self.sums, self.sumsqs, strict=True)
+            name: bounded_interval(self.count_of(index), s, sq)
+            for index, (name, s, sq) in enumerate(
+                zip(METRIC_NAMES, self.sums, self.sumsqs, strict=True)
+            )
         }
 
     def t_interval95(self) -> dict[str, list[float]]:
         """95% Student's t interval ``[low, high]`` of each mean, for values that are
         not bounded to [0, 1] (paired differences); the mean itself with fewer than
         two results (no spread to estimate)."""
-        n = self.count
         out: dict[str, list[float]] = {}
         for index, (name, s) in enumerate(zip(METRIC_NAMES, self.sums, strict=True)):
+            n = self.count_of(index)
             mean = s / n if n else 0.0
             if n < 2:
                 out[name] = [mean, mean]
@@ -130,8 +155,8 @@ class MetricAggregate:
         return out
 
     def variance(self, index: int) -> float:
-        """Sample variance of the metric at ``index`` (0.0 with fewer than two results)."""
-        n = self.count
+        """Sample variance of the measure at ``index`` (0.0 with fewer than two results)."""
+        n = self.count_of(index)
         if n < 2:
             return 0.0
         s, sq = self.sums[index], self.sumsqs[index]
@@ -142,14 +167,28 @@ class MetricAggregate:
         return {"count": self.count, "metrics": self.means(), "ci95": self.ci95()}
 
     def to_state(self) -> list[Any]:
-        return [self.count, list(self.sums), list(self.sumsqs)]
+        """``[count, sums, sumsqs]``, and ``unseen`` fourth when some results lack a measure."""
+        state: list[Any] = [self.count, list(self.sums), list(self.sumsqs)]
+        if self.unseen:
+            state.append(list(self.unseen))
+        return state
 
     @classmethod
     def from_state(cls, state: Sequence[Any]) -> MetricAggregate:
-        count, sums, sumsqs = state
-        return cls(
+        """A stored aggregate; one stored before a measure existed has fewer sums, and
+        all its results count as unseen for the measures it lacks."""
+        count, sums, sumsqs, *rest = state
+        aggregate = cls(
             count=int(count), sums=[float(x) for x in sums], sumsqs=[float(x) for x in sumsqs]
         )
+        unseen = [int(x) for x in rest[0]] if rest else None
+        if len(sums) < _N:
+            missing = _N - len(sums)
+            aggregate.sums += [0.0] * missing
+            aggregate.sumsqs += [0.0] * missing
+            unseen = (unseen or [0] * len(sums)) + [int(count)] * missing
+        aggregate.unseen = unseen
+        return aggregate
 
 
 @dataclass(slots=True)
@@ -164,7 +203,11 @@ class RunRollup:
     ) -> dict[str, str]:
         """Fold in one result's metrics under the overall total and each of its facet
         values; returns the facets as counted (a value past the run's first
-        ``MAX_FACET_VALUES_PER_RUN`` of its facet is counted as ``other``)."""
+        ``MAX_FACET_VALUES_PER_RUN`` of its facet is counted as ``other``). A result
+        with fewer values than slots (made before a measure existed) lacks the rest
+        (:meth:`MetricAggregate.add_partial`)."""
+        if len(values) != _N:
+            return self._add_partial(values, facets)
         self.overall.add(values)
         counted: dict[str, str] = {}
         if facets:
@@ -181,6 +224,14 @@ class RunRollup:
                         aggregate = by_value[value] = MetricAggregate()
                 aggregate.add(values)
                 counted[facet] = value
+        return counted
+
+    def _add_partial(
+        self, values: Sequence[float], facets: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        counted = self.add([*values, *([0.0] * (_N - len(values)))], facets)
+        for aggregate in (self.overall, *(self.facets[f][v] for f, v in counted.items())):
+            aggregate.mark_unseen(range(len(values), _N))
         return counted
 
     def merge(self, other: RunRollup) -> None:

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scorer.compare import paired
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import METRIC_NAMES
 from scorer.stats import holm, student_t_sf
 
 DEFAULT_PERMUTATIONS = 10_000

@@ -33,7 +33,7 @@ from scorer.io import Golden, InputError, file_size, read_golden
 from scorer.io import Progress as ProgressCallback
 from scorer.io.detect import gc_paused
 from scorer.io.runs import COLUMNAR_MIN_BYTES
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import MEASURES, METRIC_NAMES
 from scorer.risk_coverage import LOSSES
 from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
@@ -280,7 +280,7 @@ def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
         yield lambda done: bar.update(task, completed=done)
 
 
-_HEADINGS = ("recall@k", "P@k", "nDCG@10", "MRR", "hit@k")
+_HEADINGS = tuple(m.heading for m in MEASURES)
 _T_MARK = "*"
 _RANDOMIZATION_MARK = "†"
 

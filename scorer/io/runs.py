@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import gt
@@ -177,6 +177,15 @@ class JoinedRanking(Sequence[str]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
+
+    def among(self, ids: Iterable[str]) -> set[str]:
+        """Those of ``ids`` that the ranking holds, found in the joined text without
+        splitting it (candidate nDCG looks for a query's few relevant ids in every
+        ranking's tail; doc ids hold no newline)."""
+        if self._ids is not None:
+            return set(ids).intersection(self._ids)
+        joined = f"\n{self._joined}\n"
+        return {doc for doc in ids if f"\n{doc}\n" in joined}
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, JoinedRanking):

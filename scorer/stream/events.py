@@ -89,12 +89,15 @@ def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
     """What the qrels table keeps per query: only what scoring needs, precomputed.
 
     The judgments are prepared as offline (``Judgments.from_qrels``: relevant
-    grades only, the ideal DCG computed once) and stored in their JSON form;
-    :func:`judgments_of` turns an entry back into them without recomputing.
+    grades, the other judged ids for judged@k, the ideal DCG computed once) and
+    stored in their JSON form; :func:`judgments_of` turns an entry back into them
+    without recomputing. An entry stored before ``others`` was kept scores judged@k
+    against its relevant ids only, until its query's golden set is published again.
     """
     judgments = Judgments.from_qrels(golden.qrels)
     return {
         "grades": dict(judgments.grades),
+        "others": dict(judgments.others),
         "idcg": judgments.ideal_dcg,
         "facets": dict(golden.facets or {}),
         "fingerprint": qrels_fingerprint(golden.qrels),
@@ -104,7 +107,12 @@ def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
 def judgments_of(entry: Mapping[str, Any]) -> Judgments:
     """The judgments a qrels table entry holds (see :func:`golden_entry`)."""
     grades = entry["grades"]
-    return Judgments(grades=grades, n_relevant=len(grades), ideal_dcg=entry["idcg"])
+    return Judgments(
+        grades=grades,
+        n_relevant=len(grades),
+        ideal_dcg=entry["idcg"],
+        others=entry.get("others") or {},
+    )
 
 
 class Scored(NamedTuple):
@@ -137,7 +145,7 @@ def score_result(
         "queryId": result.query_id,
         "facets": facets,
         "k": k,
-        "retrievalMetrics": values.as_wire(),
+        **values.as_wire(),
         "qrelsFingerprint": entry["fingerprint"],
         "scorerVersion": __version__,
         "scoredAt": now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),

@@ -10,15 +10,26 @@ from typing import Any
 
 from schemas.events import MAX_ID_LENGTH
 from scorer import __version__
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import MEASURES, METRIC_NAMES
 from scorer.stream.run_list import DEFAULT_LIMIT, MAX_LIMIT
 
 _METRICS = {
     "type": "object",
     "description": "Mean of each metric.",
-    "properties": {name: {"type": "number"} for name in METRIC_NAMES},
+    "properties": {
+        m.wire: {
+            "type": "number",
+            "minimum": m.bounds[0],
+            "maximum": m.bounds[1],
+            "description": f"{m.label}: {m.description}",
+        }
+        for m in MEASURES
+    },
     "required": list(METRIC_NAMES),
 }
+_EXAMPLE_MEANS = {
+    "recallAtK": 1.0, "precisionAtK": 0.35, "ndcgAt10": 0.79, "mrr": 0.75, "hitAtK": 1.0,
+}  # fmt: skip
 _INTERVAL = {
     "type": "array",
     "items": {"type": "number"},
@@ -275,9 +286,9 @@ OPENAPI: dict[str, Any] = {
                         {
                             "runId": "hybrid-v2",
                             "count": 2,
-                            "metrics": dict(
-                                zip(METRIC_NAMES, (1.0, 0.35, 0.79, 0.75, 1.0), strict=True)
-                            ),
+                            "metrics": {
+                                name: _EXAMPLE_MEANS.get(name, 0.5) for name in METRIC_NAMES
+                            },
                             "ci95": {"ndcgAt10": [0.2, 1.0]},
                             "facets": {"type": {"factoid": {"count": 2}}},
                             "updatedAt": "2026-11-30T12:00:00+00:00",

@@ -13,6 +13,7 @@ from typing import Any
 
 from yarl import URL
 
+from scorer import measures
 from scorer.rollup import MetricAggregate
 from scorer.stream.run_state import trend_of
 
@@ -57,7 +58,7 @@ def other_hosts(hosts: Iterable[str], here: str) -> list[str]:
     return [host for host in hosts if ident(host) != ident(here)]
 
 
-HEADLINE = ("ndcgAt10", "recallAtK", "hitAtK")
+HEADLINE = tuple(m.wire for m in measures.HEADLINE)
 """The metrics the run list shows per run (the landing view answers at a glance)."""
 
 

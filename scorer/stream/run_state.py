@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from scorer.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
 from scorer.metrics import MetricValues
 from scorer.risk_sketch import RiskSketch
 from scorer.rollup import RunRollup
@@ -64,7 +65,7 @@ class Contribution:
     result_id: str
     query_id: str
     values: list[float]
-    """The five metrics, in ``scorer.metrics.METRIC_NAMES`` order."""
+    """Every measure, in ``scorer.measures.METRIC_NAMES`` order."""
     facets: dict[str, str]
     confidence: float | None = None
     """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
@@ -259,20 +260,22 @@ class RunBatch:
                 self.resent += 1
                 return False
             self.seen[seen_key] = SeenEntry(stream, offset, seq, self.now, self.partition)
+        self._rollups[run_key].add(values, facets)
+        if len(values) != _N:
+            values = values_of_row(values)
         key = query_key(run_id, query_id)
         tracked = self.queries[key] if key in self.queries else self.load_query(key)
         if tracked is not None or state["queries"] < self.max_queries:
             if tracked is None:
                 state["queries"] += 1
             self.queries[key] = fold_query(tracked, values, self.now)
-        self._rollups[run_key].add(values, facets)
         self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
         trend = self._trend.get(run_key)
         if trend is None:
-            self._trend[run_key] = [1.0, values[2]]
+            self._trend[run_key] = [1.0, values[NDCG_SLOT]]
         else:
             trend[0] += 1.0
-            trend[1] += values[2]
+            trend[1] += values[NDCG_SLOT]
         watermarks[stream] = [offset, seq]
         self._changed.add(run_key)
         return True
@@ -461,33 +464,70 @@ def query_key(run_id: str, query_id: str) -> str:
     return f"{run_id}\x1f{query_id}"
 
 
-def fold_query(entry: list[float] | None, values: list[float], now: float = 0.0) -> list[float]:
-    """Per-query state with one more result: ``[count, sum of each metric...,
-    enteredAt, first value of each metric...]``: the sums give the query's mean (the
-    fixed-horizon paired comparison), the first answer and when it was folded
-    (``now``) give the anytime-valid one its observation, which later answers do
-    not rewrite. An entry written before the first answer was kept (six items)
-    takes its mean as the first answer, entered at 0."""
+_N = len(METRIC_NAMES)
+_QUERY_ENTRY = 2 + 2 * _N
+"""Items of a per-query entry: count, a sum per measure, enteredAt, a first value per measure."""
+_FIVE_SUMS_ONLY = 6
+"""The layout from before first answers were kept (and before any measure was added)."""
+
+
+def _current_query_entry(entry: Sequence[float]) -> list[float]:
+    """A stored per-query entry in today's layout. One written before the first answer
+    was kept (count and sums only) takes its mean as the first answer, entered at 0;
+    one written before a measure existed (fewer sums) has NaN for it, so that the
+    paired comparisons leave the query out of that measure alone."""
+    count = entry[0]
+    if len(entry) == _FIVE_SUMS_ONLY:
+        sums = list(entry[1:])
+        first = [0.0, *(total / count for total in sums)]
+    else:
+        width = (len(entry) - 2) // 2
+        sums, first = list(entry[1 : 1 + width]), list(entry[1 + width :])
+    missing = [math.nan] * (_N - len(sums))
+    return [count, *sums, *missing, *first, *missing]
+
+
+fold_query = unrolled(
+    """
+def fold_query(entry, values, now=0.0):
+    "Per-query state with one more result (see the module-level docstring)."
     if entry is None:
         return [1.0, *values, now, *values]
-    # Written out for the five metrics (a generator here was a quarter of a fold's time).
-    count, s0, s1, s2, s3, s4 = entry[:6]
-    v0, v1, v2, v3, v4 = values
-    first = entry[6:] if len(entry) > 6 else [0.0, s0 / count, s1 / count, s2 / count,
-                                               s3 / count, s4 / count]  # fmt: skip
-    return [count + 1.0, s0 + v0, s1 + v1, s2 + v2, s3 + v3, s4 + v4, *first]
+    if len(entry) != QUERY_ENTRY:
+        entry = current_query_entry(entry)
+    count, {sums} = entry[:{width}]
+    {values}, = values
+    return [count + 1.0, {folded}, *entry[{width}:]]
+""".format(sums=each("s$"), width=1 + _N, values=each("v$"), folded=each("s$ + v$")),
+    "fold_query",
+    {"QUERY_ENTRY": _QUERY_ENTRY, "current_query_entry": _current_query_entry},
+)
+fold_query.__doc__ = """Per-query state with one more result: ``[count, sum of each measure...,
+enteredAt, first value of each measure...]``: the sums give the query's mean (the
+fixed-horizon paired comparison), the first answer and when it was folded (``now``)
+give the anytime-valid one its observation, which later answers do not rewrite.
+Older layouts are read by :func:`_current_query_entry`. Straight-line code from the
+registry (``scorer.measures.unrolled``): a loop here was a quarter of a fold's time."""
 
 
 def query_means(entry: list[float]) -> list[float]:
+    if len(entry) != _QUERY_ENTRY:
+        entry = _current_query_entry(entry)
     count = entry[0]
-    return [total / count for total in entry[1:6]]
+    return [total / count for total in entry[1 : 1 + _N]]
 
 
 def query_first(entry: list[float]) -> list[float]:
-    """``[enteredAt, first value of each metric...]`` of a per-query entry."""
-    if len(entry) > 6:
-        return list(entry[6:])
-    return [0.0, *query_means(entry)]
+    """``[enteredAt, first value of each measure...]`` of a per-query entry."""
+    if len(entry) != _QUERY_ENTRY:
+        entry = _current_query_entry(entry)
+    return list(entry[1 + _N :])
+
+
+def values_of_row(values: Sequence[float]) -> list[float]:
+    """A contribution's values with a slot per measure: a row made before a measure
+    existed has NaN for it (the rollup counts it unseen, ``RunRollup.add``)."""
+    return [*values, *([math.nan] * (_N - len(values)))]
 
 
 def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 Names (the recording rules and dashboards in ``deploy/`` rely on them):
 
-- ``scorer_retrieval_<metric>`` histograms, one per metric
-  (``recall_at_k``, ``precision_at_k``, ``ndcg_at_10``, ``mrr``, ``hit_at_k``),
-  labels ``facet`` and ``value``; every scored result is also observed under
-  ``facet="all", value="all"``. ``_sum / _count`` is the mean.
+- ``scorer_retrieval_<metric>`` histograms, one per measure of the registry
+  (``scorer.measures.MEASURES``: ``recall_at_k``, ``precision_at_k``, ``ndcg_at_10``,
+  ``mrr``, ``hit_at_k`` ...), labels ``facet`` and ``value``; every scored result
+  is also observed under ``facet="all", value="all"``. ``_sum / _count`` is the mean.
 - ``scorer_results_total{outcome}``: results that reached their final place,
   ``outcome`` in scored, unjudged, deadletter, duplicate (a result whose
   resultId is already parked: it waits there once, not twice).
@@ -56,16 +56,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from scorer.measures import MEASURES, each, unrolled
 from scorer.metrics import MetricValues
 from scorer.risk_coverage import losses_of
 from scorer.settings import CONFIDENCE_EDGES
 
 ALL = "all"
 OTHER = "other"
-METRIC_SERIES = MetricValues._fields
-"""The Prometheus series of the five metrics: the snake_case names of ``MetricValues``."""
-if len(METRIC_SERIES) != 5:  # Telemetry.observe_metrics is written out for five
-    raise ImportError(f"telemetry observes five metrics, MetricValues has {len(METRIC_SERIES)}")
+METRIC_SERIES = tuple(m.field for m in MEASURES)
+"""The snake_case names of the measures' histograms (``scorer_retrieval_<name>``)."""
 METRIC_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -75,6 +74,25 @@ AGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30
 
 # ``*_created`` timestamps double the series count and no dashboard reads them.
 disable_created_metrics()
+
+
+_observe_histograms = unrolled(
+    """
+def observe(targets, values):
+    "Count one result's values into the histogram lists of each label pair."
+    {values}, = values
+    {buckets}
+    for {series}, _ in targets:
+        {counts}
+""".format(
+        values=each("v$"),
+        buckets=each("b$ = bisect_left(BOUNDS, v$)", "\n    "),
+        series=each("s$"),
+        counts=each("s$[b$] += 1\n        s$[-1] += v$", "\n        "),
+    ),
+    "observe",
+    {"bisect_left": bisect_left, "BOUNDS": METRIC_BUCKETS},
+)
 
 
 class FacetLabels:
@@ -145,11 +163,9 @@ class MetricHistograms:
 
     @staticmethod
     def _family(index: int) -> HistogramMetricFamily:
-        name = METRIC_SERIES[index]
+        measure = MEASURES[index]
         return HistogramMetricFamily(
-            f"scorer_retrieval_{name}",
-            f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
-            labels=("facet", "value"),
+            measure.prometheus, measure.prometheus_help, labels=("facet", "value")
         )
 
 
@@ -247,7 +263,7 @@ class ConfidenceCounters:
 
 class SeriesCache:
     """The series a result's facets are observed under, per facets mapping: for each
-    of its label pairs (:meth:`FacetLabels.label_pairs`), the five metric histograms'
+    of its label pairs (:meth:`FacetLabels.label_pairs`), the measures' histograms'
     counts and the confidence counters' sums.
 
     Caching is exact: a facet value's label is decided the first time it is seen
@@ -271,7 +287,7 @@ class SeriesCache:
         self._cached: dict[tuple[tuple[str, str], ...], tuple[tuple[list[float], ...], ...]] = {}
 
     def get(self, facets: Mapping[str, str]) -> tuple[tuple[Any, ...], ...]:
-        """Per label pair of ``facets``: ``(five metric count lists..., confidence sums)``."""
+        """Per label pair of ``facets``: ``(a count list per measure..., confidence sums)``."""
         key = tuple(facets.items())
         targets = self._cached.get(key)
         if targets is None:
@@ -393,29 +409,12 @@ class Telemetry:
         path counts a batch's scored results at once).
 
         The series of each facets mapping seen are resolved once (:class:`SeriesCache`)
-        and updated in straight-line code: with the label pairs and series looked up,
-        and a loop over the five metrics, per result, these observations were 8-11 µs
-        of the worker's ~100 per result (a pure micro-benchmark of the stages).
+        and updated in straight-line code generated from the registry
+        (:func:`_observe_histograms`): a loop over the measures per label pair made
+        these observations several times dearer.
         """
         targets = self._series_cache.get(facets)
-        bounds = METRIC_BUCKETS
-        v0, v1, v2, v3, v4 = values
-        b0 = bisect_left(bounds, v0)
-        b1 = bisect_left(bounds, v1)
-        b2 = bisect_left(bounds, v2)
-        b3 = bisect_left(bounds, v3)
-        b4 = bisect_left(bounds, v4)
-        for s0, s1, s2, s3, s4, _ in targets:
-            s0[b0] += 1
-            s0[-1] += v0
-            s1[b1] += 1
-            s1[-1] += v1
-            s2[b2] += 1
-            s2[-1] += v2
-            s3[b3] += 1
-            s3[-1] += v3
-            s4[b4] += 1
-            s4[-1] += v4
+        _observe_histograms(targets, values)
         if confidence is None:
             return
         bucket = self.confidence_counters.bucket(confidence)

@@ -27,14 +27,16 @@ from urllib.parse import quote
 
 from prometheus_client import Gauge
 
-from scorer.metrics import METRIC_NAMES
+from scorer.measures import WATCHED
 from scorer.stream.parts import StreamParts
 
 logger = logging.getLogger(__name__)
 
 API = "/api/v1/evals/runs"
 LABELS = ("baseline", "candidate", "metric", "design", "facet", "value")
-CELLS_PER_PAIR = 2 * len(METRIC_NAMES)
+WATCHED_NAMES = tuple(m.wire for m in WATCHED)
+"""The measures the watch gives verdicts on (``Measure.watched``)."""
+CELLS_PER_PAIR = 2 * len(WATCHED_NAMES)
 """The overall verdicts of a pair that share its alpha."""
 
 
@@ -52,14 +54,14 @@ def pair_series(
     comparison (compare endpoint body): overall (``facet="all"``) paired and
     unpaired, then unpaired per facet value of the allowlisted facets, at most
     ``max_values`` values each (in name order)."""
-    for metric in METRIC_NAMES:
+    for metric in WATCHED_NAMES:
         yield (metric, "unpaired", "all", "all"), comparison["metrics"][metric]["anytime95"]
         yield (metric, "paired", "all", "all"), comparison["paired"]["metrics"][metric]["anytime95"]
     for facet, values in sorted(comparison["facets"]["values"].items()):
         if facet not in allowlist:
             continue
         for value in sorted(values)[:max_values]:
-            for metric in METRIC_NAMES:
+            for metric in WATCHED_NAMES:
                 yield (
                     (metric, "unpaired", facet, value),
                     values[value]["metrics"][metric]["anytime95"],

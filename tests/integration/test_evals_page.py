@@ -235,6 +235,19 @@ def test_a_run_shows_the_api_numbers_and_its_risk_coverage_chart(page, workers):
         d = curve.get_attribute("d")
         assert len(risk[loss]["curve"]) > 10
         assert d.count("L") == len(risk[loss]["curve"]) - 1 and d.startswith("M")
+    # The nDCG loss split, overall and per facet value, from the API's means.
+    split = page.find_elements(By.CSS_SELECTOR, "#loss-split tbody tr")
+    assert len(split) == 1 + sum(len(values) for values in metrics["facets"].values())
+    for row in split:
+        facet, value = row.get_attribute("data-facet"), row.get_attribute("data-value")
+        means = (metrics if facet == "all" else metrics["facets"][facet][value])["metrics"]
+        first = row.find_element(By.CSS_SELECTOR, 'td[data-loss="firstStage"]')
+        ordering = row.find_element(By.CSS_SELECTOR, 'td[data-loss="ordering"]')
+        assert float(first.get_attribute("data-value")) == 1 - means["candidateNdcgAt10"]
+        assert float(ordering.get_attribute("data-value")) == (
+            means["candidateNdcgAt10"] - means["ndcgAt10"]
+        )
+        assert float(ordering.get_attribute("data-value")) >= 0
     screenshot(page, "evals-run.png")
 
 
@@ -345,5 +358,13 @@ def test_the_offline_report_of_scorer_eval_renders_without_a_worker(browser, tmp
     browser.get(report.as_uri() + "#/run/bm25-v1")
     path = wait(browser, "#risk-chart path.curve.miss").get_attribute("d")
     assert path.count("L") == len(document["runs"]["bm25-v1"]["riskCoverage"]["miss"]["curve"]) - 1
+    means = document["runs"]["bm25-v1"]["metrics"]
+    overall = browser.find_element(By.CSS_SELECTOR, '#loss-split tr[data-facet="all"]')
+    first = overall.find_element(By.CSS_SELECTOR, 'td[data-loss="firstStage"]')
+    ordering = overall.find_element(By.CSS_SELECTOR, 'td[data-loss="ordering"]')
+    assert float(first.get_attribute("data-value")) == 1 - means["candidateNdcgAt10"]
+    assert float(ordering.get_attribute("data-value")) == (
+        means["candidateNdcgAt10"] - means["ndcgAt10"]
+    )
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []

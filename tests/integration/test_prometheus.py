@@ -309,7 +309,12 @@ def expected_means(events: list[ScoredResult], allowlist: tuple[str, ...]) -> di
     for event in events:
         pairs = [(ALL, ALL)] + [(f, v) for f, v in event.facets.items() if f in allowlist]
         for metric in METRIC_SERIES:
-            value = float(getattr(event.retrieval_metrics, metric))
+            group = (
+                event.retrieval_metrics
+                if metric in type(event.retrieval_metrics).model_fields
+                else event.judgment_metrics
+            )
+            value = float(getattr(group, metric))
             for facet, label_value in pairs:
                 sums[metric, facet, label_value] += value
                 counts[metric, facet, label_value] += 1
@@ -403,7 +408,7 @@ def test_rolling_aurc_equals_the_bucketed_aurc_of_the_scored_events(live: LiveSt
         metrics = event.retrieval_metrics
         exact.add(
             event.confidence,
-            MetricValues(0.0, 0.0, metrics.ndcg_at_10, 0.0, metrics.hit_at_k),
+            MetricValues(0.0, 0.0, metrics.ndcg_at_10, 0.0, metrics.hit_at_k, 0.0, 0.0),
         )
     overall = exact.curves()
     for series, loss, tolerance in (

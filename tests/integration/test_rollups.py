@@ -148,6 +148,29 @@ def test_both_workers_return_the_same_rollup_equal_to_the_files(settings, worker
         assert document["updatedAt"]
 
 
+def test_live_and_offline_agree_on_judged_at_k_and_candidate_ndcg(settings, workers, traffic):
+    """The worker's run API and `scorer eval` on the same events: both issue #34 measures
+    with their intervals, overall and per facet value, and not trivially (the demo's
+    rankings hold unjudged ids and relevant ids out of order)."""
+    _, _, golden_file, results_file = traffic
+    offline = offline_eval(settings, golden_file, results_file)
+    for run in RUNS:
+        _, live = api(workers[0], f"/api/v1/evals/runs/{run}/metrics")
+        aggregates = [(live, offline["runs"][run])] + [
+            (live["facets"][facet][value], aggregate)
+            for facet, by_value in offline["runs"][run]["facets"].items()
+            for value, aggregate in by_value.items()
+        ]
+        for got, expected in aggregates:
+            assert got["count"] == expected["count"]
+            for name in ("judgedAtK", "candidateNdcgAt10"):
+                assert got["metrics"][name] == pytest.approx(expected["metrics"][name], abs=1e-12)
+                assert got["ci95"][name] == pytest.approx(expected["ci95"][name], abs=1e-12)
+        means = live["metrics"]
+        assert 0.0 < means["judgedAtK"] < 1.0, run
+        assert means["ndcgAt10"] < means["candidateNdcgAt10"] <= 1.0, run
+
+
 def test_risk_coverage_matches_the_offline_block_within_the_bound(settings, workers, traffic):
     """The demo's rankings carry scores: each run's /risk-coverage against the exact
     `scorer eval` block on the same files, and against a sketch built here."""

@@ -139,10 +139,17 @@ def test_replayed_files_are_scored_once_with_the_offline_numbers(worker, setting
     offline = offline_eval(settings, golden_file, results_file, "--per-query")
     assert len(offline["results"]) == 600
     for row in offline["results"]:
-        got = by_id[row["resultId"]][0].retrieval_metrics.model_dump(by_alias=True)
-        assert got.keys() == row["retrievalMetrics"].keys()
-        for name, value in row["retrievalMetrics"].items():
-            assert got[name] == pytest.approx(value, abs=1e-12), (row["resultId"], name)
+        event = by_id[row["resultId"]][0]
+        # Both objects of the scored event, the seed's five and the judgment measures.
+        for group, got in (
+            ("retrievalMetrics", event.retrieval_metrics.model_dump(by_alias=True)),
+            ("judgmentMetrics", event.judgment_metrics.model_dump(by_alias=True)),
+        ):
+            assert got.keys() == row[group].keys()
+            for name, value in row[group].items():
+                assert got[name] == pytest.approx(value, abs=1e-12), (row["resultId"], name)
+    judged = [row["judgmentMetrics"]["judgedAtK"] for row in offline["results"]]
+    assert min(judged) < 1.0 and max(judged) > 0.0  # not a trivial agreement
 
     wait_for(lambda: outcomes(worker)["scored"] - before["scored"] == 600, what="600 scored")
     ndcg_sum = worker.metric("scorer_retrieval_ndcg_at_10_sum", {"facet": "all"})
@@ -169,7 +176,11 @@ def test_results_before_their_qrels_are_parked_then_scored(worker, settings):
     by_id = scored_by_id(settings, expected=1)
     scored = [by_id[f"late-{i}"][0] for i in range(3)]
     expected = retrieval_metrics(["d2", "d1"], golden.qrels, 10)
-    assert all(tuple(s.retrieval_metrics.model_dump().values()) == tuple(expected) for s in scored)
+    assert all(
+        (*s.retrieval_metrics.model_dump().values(), *s.judgment_metrics.model_dump().values())
+        == tuple(expected)
+        for s in scored
+    )
     assert scored[0].facets == {"type": "list"}
     assert outcomes(worker)["parked"] == before["parked"]
     assert_every_input_accounted(worker)

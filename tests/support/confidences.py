@@ -22,5 +22,5 @@ def predictive_results(count: int, seed: int, logits: bool) -> list[tuple[float,
             confidence = round(confidence, 1)
         hit = int(rng.random() < chance)
         ndcg = min(1.0, chance * rng.random() * 1.5) if hit else 0.0
-        results.append((confidence, MetricValues(0.0, 0.0, ndcg, 0.0, hit)))
+        results.append((confidence, MetricValues(0.0, 0.0, ndcg, 0.0, hit, 0.0, ndcg)))
     return results

@@ -56,7 +56,9 @@ def test_json_means_equal_trec_eval_on_the_example_run(complete: bool) -> None:
     assert sorted(document["runs"]) == ["bm25-v1", "hybrid-v2"]
     for tag, summary in document["runs"].items():
         expected = trec_eval_means(qrels, run, tag, complete)
-        assert summary["metrics"] == pytest.approx(expected, abs=1e-12)
+        seed_five = {name: summary["metrics"][name] for name in expected}
+        assert seed_five == pytest.approx(expected, abs=1e-12)
+        assert set(summary["metrics"]) == set(expected) | {"judgedAtK", "candidateNdcgAt10"}
         assert set(summary) >= {"count", "metrics", "ci95", "facets", "skipped"}
     bm25 = document["runs"]["bm25-v1"]
     # The example's bm25 run returned nothing for one judged query.
@@ -78,7 +80,7 @@ def test_json_per_query_rows_and_facets_from_jsonl() -> None:
     assert per_facet == hybrid["count"] == 12
     rows = document["results"]
     assert len(rows) == 24
-    assert set(rows[0]) == {"runId", "queryId", "resultId", "retrievalMetrics"}
+    assert set(rows[0]) == {"runId", "queryId", "resultId", "retrievalMetrics", "judgmentMetrics"}
     total_miss = next(row for row in rows if row["resultId"] == "r-0004")
     assert total_miss["retrievalMetrics"]["hitAtK"] == 0
 

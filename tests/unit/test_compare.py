@@ -23,6 +23,8 @@ from scorer.compare import (
 from scorer.metrics import METRIC_NAMES
 from scorer.rollup import MetricAggregate
 
+N = len(METRIC_NAMES)
+
 
 def aggregate(rows: list[list[float]]) -> MetricAggregate:
     folded = MetricAggregate()
@@ -49,8 +51,8 @@ def test_welch_interval_equals_scipy() -> None:
 
 
 def test_unpaired_reports_each_mean_and_their_difference() -> None:
-    a = aggregate([[0.2] * 5, [0.4] * 5])
-    b = aggregate([[0.5] * 5, [0.7] * 5, [0.9] * 5])
+    a = aggregate([[0.2] * N, [0.4] * N])
+    b = aggregate([[0.5] * N, [0.7] * N, [0.9] * N])
     body = unpaired(a, b)
     assert set(body) == set(METRIC_NAMES)
     recall = body["recallAtK"]
@@ -62,14 +64,14 @@ def test_unpaired_reports_each_mean_and_their_difference() -> None:
 
 
 def test_no_interval_without_two_results_in_each_run() -> None:
-    a = aggregate([[0.5] * 5])
-    b = aggregate([[0.5] * 5, [0.7] * 5])
+    a = aggregate([[0.5] * N])
+    b = aggregate([[0.5] * N, [0.7] * N])
     assert welch_interval(a, b, 0) is None
     assert unpaired(a, b)["mrr"]["ci95"] is None
 
 
 def test_identical_runs_have_a_zero_width_interval() -> None:
-    a = aggregate([[0.5] * 5, [0.5] * 5])
+    a = aggregate([[0.5] * N, [0.5] * N])
     assert welch_interval(a, a, 0) == [0.0, 0.0]
 
 
@@ -99,7 +101,7 @@ def test_paired_interval_equals_scipy_and_counts_wins_losses_ties() -> None:
 
 
 def test_paired_without_shared_queries_has_no_delta() -> None:
-    body = paired({"q1": [1.0] * 5}, {"q2": [0.0] * 5})
+    body = paired({"q1": [1.0] * N}, {"q2": [0.0] * N})
     assert body["queries"] == 0
     assert body["metrics"]["ndcgAt10"] == {
         "delta": None,
@@ -111,20 +113,20 @@ def test_paired_without_shared_queries_has_no_delta() -> None:
 
 
 def test_one_shared_query_has_a_delta_but_no_interval() -> None:
-    body = paired({"q1": [0.25] * 5}, {"q1": [0.75] * 5})
+    body = paired({"q1": [0.25] * N}, {"q1": [0.75] * N})
     assert body["metrics"]["hitAtK"]["delta"] == pytest.approx(0.5)
     assert body["metrics"]["hitAtK"]["ci95"] is None
     assert body["metrics"]["hitAtK"]["wins"] == 1
 
 
 def test_compare_runs_body() -> None:
-    a = aggregate([[0.1] * 5, [0.3] * 5])
-    b = aggregate([[0.6] * 5, [0.8] * 5, [1.0] * 5])
-    body = compare_runs(a, b, {"q": [0.2] * 5}, {"q": [0.8] * 5})
+    a = aggregate([[0.1] * N, [0.3] * N])
+    b = aggregate([[0.6] * N, [0.8] * N, [1.0] * N])
+    body = compare_runs(a, b, {"q": [0.2] * N}, {"q": [0.8] * N})
     assert body["countA"] == 2
     assert body["countB"] == 3
     assert body["metrics"] == unpaired(a, b)
-    fixed = paired({"q": [0.2] * 5}, {"q": [0.8] * 5})
+    fixed = paired({"q": [0.2] * N}, {"q": [0.8] * N})
     for name, block in body["paired"]["metrics"].items():
         assert {k: v for k, v in block.items() if k != "anytime95"} == fixed["metrics"][name]
         # One pair, 0.6 apart: the sequence cannot exclude 0 yet, but holds 0.6.
@@ -156,14 +158,14 @@ def test_an_aa_pair_read_after_every_query_is_called_different_less_often_than_a
 
 
 def test_the_paired_sequence_takes_first_answers_in_the_order_the_pairs_completed() -> None:
-    first_a = {"q1": [5.0, *[0.2] * 5], "q2": [1.0, *[0.4] * 5], "only-a": [0.0, *[1.0] * 5]}
-    first_b = {"q1": [2.0, *[0.9] * 5], "q2": [7.0, *[0.4] * 5]}
+    first_a = {"q1": [5.0, *[0.2] * N], "q2": [1.0, *[0.4] * N], "only-a": [0.0, *[1.0] * N]}
+    first_b = {"q1": [2.0, *[0.9] * N], "q2": [7.0, *[0.4] * N]}
     d = first_differences(first_a, first_b)
     # q1 completes at 5 (its later entry), q2 at 7.
     assert d[:, 2].tolist() == pytest.approx([0.7, 0.0])
     body = compare_runs(
-        aggregate([[0.3] * 5]), aggregate([[0.6] * 5]),
-        {"q1": [0.5] * 5, "q2": [0.5] * 5}, {"q1": [0.5] * 5, "q2": [0.5] * 5},
+        aggregate([[0.3] * N]), aggregate([[0.6] * N]),
+        {"q1": [0.5] * N, "q2": [0.5] * N}, {"q1": [0.5] * N, "q2": [0.5] * N},
         first_a, first_b,
     )  # fmt: skip
     assert body["paired"]["metrics"]["ndcgAt10"]["delta"] == 0.0  # means: fixed horizon
@@ -174,13 +176,14 @@ def test_the_paired_sequence_takes_first_answers_in_the_order_the_pairs_complete
 
 
 def test_facet_comparisons_split_alpha_over_every_value_and_metric() -> None:
-    a = {"type": {"faq": aggregate([[0.2] * 5] * 50), "howto": aggregate([[0.5] * 5] * 3)}}
-    b = {"type": {"faq": aggregate([[0.9] * 5] * 50), "news": aggregate([[0.5] * 5])}}
+    a = {"type": {"faq": aggregate([[0.2] * N] * 50), "howto": aggregate([[0.5] * N] * 3)}}
+    b = {"type": {"faq": aggregate([[0.9] * N] * 50), "news": aggregate([[0.5] * N])}}
     facets = facet_comparisons(a, b)
-    assert facets["family"] == 5 and facets["alphaEach"] == pytest.approx(0.01)
+    # One facet value both runs have, times every measure.
+    assert facets["family"] == N and facets["alphaEach"] == pytest.approx(0.05 / N)
     faq = facets["values"]["type"]["faq"]
     assert (faq["countA"], faq["countB"]) == (50, 50)
     assert faq["metrics"]["ndcgAt10"]["anytime95"] == anytime_difference(
-        a["type"]["faq"], b["type"]["faq"], 2, 0.01
+        a["type"]["faq"], b["type"]["faq"], 2, 0.05 / N
     )
     assert 0 < faq["metrics"]["ndcgAt10"]["anytime95"][0] < 0.7  # found, at 50 results each

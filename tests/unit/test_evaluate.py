@@ -78,12 +78,17 @@ def test_per_query_rows_carry_ids_and_wire_metrics() -> None:
             "mrr": 0.0,
             "hitAtK": 0,
         },
+        "judgmentMetrics": {"judgedAtK": 0.0, "candidateNdcgAt10": 0.0},
     }
     assert document["results"][1]["retrievalMetrics"]["precisionAtK"] == 1.0
+    # ["b", "a"] against a = 3, b = 1 at k = 1: b is judged; both returned, so the
+    # best order of the candidates is the ideal one.
+    assert document["results"][1]["judgmentMetrics"] == {"judgedAtK": 1.0, "candidateNdcgAt10": 1.0}
     assert document["results"][2] == {
         "runId": "v1",
         "queryId": "q3",
         "retrievalMetrics": document["results"][0]["retrievalMetrics"],
+        "judgmentMetrics": document["results"][0]["judgmentMetrics"],
     }
 
 

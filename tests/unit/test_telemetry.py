@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scorer.measures import MEASURES
 from scorer.metrics import MetricValues
 from scorer.stream.telemetry import FacetLabels, Telemetry
 
@@ -18,7 +19,10 @@ def test_only_allowlisted_facets_become_labels_and_values_are_capped():
 
 def test_histogram_sums_and_counts_equal_the_observed_metrics():
     telemetry = Telemetry(["type"], 10)
-    observed = [MetricValues(1.0, 0.3, 0.738, 1.0, 1), MetricValues(0.0, 0.0, 0.0, 0.0, 0)]
+    observed = [
+        MetricValues(1.0, 0.3, 0.738, 1.0, 1, 1.0, 1.0),
+        MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0),
+    ]
     telemetry.observe_scored(observed[0], {"type": "factoid"})
     telemetry.observe_scored(observed[1], {"type": "list"})
     ndcg_sum = telemetry.sample("scorer_retrieval_ndcg_at_10_sum", {"facet": "all", "value": "all"})
@@ -44,20 +48,21 @@ def retrieval_lines(registry) -> list[str]:
 
 
 def reference_histograms(registry):
-    """prometheus_client's own histograms of the five metrics, by facet and value."""
+    """prometheus_client's own histograms of every measure, by facet and value."""
     from prometheus_client import Histogram
 
-    from scorer.stream.telemetry import METRIC_BUCKETS, METRIC_SERIES
+    from scorer.measures import MEASURES
+    from scorer.stream.telemetry import METRIC_BUCKETS
 
     return [
         Histogram(
-            f"scorer_retrieval_{name}",
-            f"Per-result {name.replace('_', ' ')} of scored retrievals, by facet value.",
+            f"scorer_retrieval_{m.field}",
+            m.prometheus_help,
             ("facet", "value"),
             buckets=METRIC_BUCKETS,
             registry=registry,
         )
-        for name in METRIC_SERIES
+        for m in MEASURES
     ]
 
 
@@ -78,7 +83,7 @@ def test_metric_histograms_expose_what_prometheus_client_histograms_would():
     pool = [*METRIC_BUCKETS, 1.5, -0.0, 0.05, 0.999999]
     for _ in range(500):
         values = MetricValues(
-            *(rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in range(5))
+            *(rng.choice(pool) if rng.random() < 0.3 else rng.random() for _ in MEASURES)
         )
         facets = {"type": rng.choice(["faq", "howto"])} if rng.random() < 0.7 else {}
         telemetry.observe_metrics(values, facets)
@@ -93,9 +98,9 @@ def test_confidence_counters_hold_results_and_losses_in_and_above_each_bucket():
     telemetry = Telemetry(["type"], 10, confidence_edges=(0.25, 0.5, 1.0))
     # (confidence, hit, nDCG): 0.5 is in the bucket whose upper edge it is; 7.0 in +Inf.
     for confidence, hit, ndcg in [(0.9, 1, 0.75), (0.5, 0, 0.0), (0.1, 1, 0.5), (7.0, 0, 0.0)]:
-        values = MetricValues(1.0, 0.1, ndcg, 1.0, hit)
+        values = MetricValues(1.0, 0.1, ndcg, 1.0, hit, 1.0, 1.0)
         telemetry.observe_scored(values, {"type": "faq"}, confidence)
-    telemetry.observe_scored(MetricValues(0.0, 0.0, 0.0, 0.0, 0), {"type": "new"})
+    telemetry.observe_scored(MetricValues(0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0), {"type": "new"})
 
     def counts(name: str, facet: str, value: str) -> list[float]:
         labels = {"facet": facet, "value": value}
@@ -157,8 +162,9 @@ def test_cached_series_observe_what_the_label_pairs_say():
         if rng.random() < 0.3:
             facets = dict(reversed(list(facets.items())))
         values = MetricValues(
-            rng.random(), rng.choice([0.0, 0.1, 1.0]), rng.random(), rng.random(), rng.randint(0, 1)
-        )
+            rng.random(), rng.choice([0.0, 0.1, 1.0]), rng.random(), rng.random(),
+            rng.randint(0, 1), rng.random(), rng.random(),
+        )  # fmt: skip
         confidence = None if rng.random() < 0.2 else rng.uniform(-1.0, 2.0)
         telemetry.observe_metrics(values, facets, confidence)
         for pair in reference_labels.label_pairs(facets):

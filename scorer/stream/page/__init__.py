@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from scorer.measures import HEADLINE, MEASURES
+
 DOCUMENT_ELEMENT_ID = "evals-document"
 
 
@@ -21,12 +23,24 @@ def _part(name: str) -> str:
     return files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+def measure_columns() -> dict[str, list[list[str]]]:
+    """The page's columns from the registry: ``[wire name, label]`` of every measure
+    (``METRICS``) and of the run list's headline ones (``HEADLINE``)."""
+    return {
+        "METRICS": [[m.wire, m.label] for m in MEASURES],
+        "HEADLINE": [[m.wire, m.label] for m in HEADLINE],
+    }
+
+
 @cache
 def _template() -> str:
+    script = _part("evals.js").replace(
+        "/*EVALS-MEASURES*/", orjson.dumps(measure_columns()).decode()
+    )
     return (
         _part("index.html")
         .replace("/*EVALS-STYLE*/", _part("evals.css"))
-        .replace("/*EVALS-SCRIPT*/", _part("evals.js"))
+        .replace("/*EVALS-SCRIPT*/", script)
     )
 
 

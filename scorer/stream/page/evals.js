@@ -7,14 +7,9 @@
 (() => {
   const API = "/api/v1/evals/runs";
   const POLL_MS = 3000;
-  const METRICS = [
-    ["recallAtK", "Recall@k"],
-    ["precisionAtK", "Precision@k"],
-    ["ndcgAt10", "nDCG@10"],
-    ["mrr", "MRR"],
-    ["hitAtK", "Hit@k"],
-  ];
-  const HEADLINE = [["ndcgAt10", "nDCG@10"], ["recallAtK", "Recall@k"], ["hitAtK", "Hit@k"]];
+  // [wire name, label] of every measure and of the run list's headline ones, written in
+  // from the registry (scorer.measures) when the page is assembled.
+  const { METRICS, HEADLINE } = /*EVALS-MEASURES*/;
   const LOSSES = [
     ["miss", "miss (1 − hit@k)", "solid line, circles"],
     ["ndcgLoss", "nDCG loss (1 − nDCG@10)", "dashed line, squares"],
@@ -402,11 +397,46 @@
           h("th", { scope: "row" }, label),
           numberCell(metrics.metrics[key]),
           h("td", { class: "number" }, interval(metrics.ci95 && metrics.ci95[key])))))),
+      lossSplitSection(metrics),
       h("h2", {}, "Risk–coverage"),
       riskSection(risk),
       h("h2", {}, "Per facet"),
       facets.length === 0 ? h("p", { class: "note" }, "This run has no facets.") : null,
       facets.map(([facet, values]) => facetSection(facet, values)),
+    ];
+  }
+
+  /** Where the nDCG@10 loss goes, overall and per facet value: what the ranking left
+   * out (first stage, 1 − candidate nDCG@10) and what its order cost (a reranker's job,
+   * candidate nDCG@10 − nDCG@10). */
+  function lossSplitSection(metrics) {
+    if (!metrics.metrics || missing(metrics.metrics.candidateNdcgAt10)) return null;
+    const rows = [["all", "", metrics]];
+    for (const [facet, values] of Object.entries(metrics.facets || {})) {
+      for (const [value, aggregate] of Object.entries(values)) rows.push([facet, value, aggregate]);
+    }
+    return [
+      h("h2", {}, "nDCG@10 loss: first stage vs ordering"),
+      h("p", { class: "note" }, "First stage: 1 − candidate nDCG@10, the gain the returned ids " +
+        "could never reach in any order. Ordering: candidate nDCG@10 − nDCG@10, what a " +
+        "reranker could still win with these candidates. Judged@k: how much of the top k " +
+        "the golden set covers (low: a stale golden set, not a worse retriever)."),
+      h("table", { id: "loss-split" },
+        h("thead", {}, h("tr", {}, ["facet", "value"].map((label) => h("th", { scope: "col" }, label)),
+          ["results", "nDCG@10", "candidate nDCG@10", "first-stage loss", "ordering loss", "Judged@k"]
+            .map((label) => h("th", { scope: "col", class: "number" }, label)))),
+        h("tbody", {}, rows.map(([facet, value, aggregate]) => {
+          const m = aggregate.metrics;
+          return h("tr", { "data-facet": facet, "data-value": value },
+            h("th", { scope: "row" }, facet), h("td", {}, value),
+            numberCell(aggregate.count, String(aggregate.count)),
+            numberCell(m.ndcgAt10), numberCell(m.candidateNdcgAt10),
+            h("td", { class: "number", "data-loss": "firstStage", "data-value": 1 - m.candidateNdcgAt10 },
+              fixed(1 - m.candidateNdcgAt10)),
+            h("td", { class: "number", "data-loss": "ordering", "data-value": m.candidateNdcgAt10 - m.ndcgAt10 },
+              fixed(m.candidateNdcgAt10 - m.ndcgAt10)),
+            numberCell(m.judgedAtK));
+        }))),
     ];
   }
 
@@ -436,7 +466,7 @@
     const entries = Object.entries(values);
     const rows = entries.map(([value, aggregate]) => ({ value, ...aggregate }));
     const order = sorting[id] || { key: "count", dir: "desc" };
-    const chartMetric = METRICS.find(([key]) => key === order.key) || METRICS[2];
+    const chartMetric = METRICS.find(([key]) => key === order.key) || METRICS.find(([key]) => key === "ndcgAt10");
     const byTable = [...rows].sort((x, y) => (y.metrics[chartMetric[0]] - x.metrics[chartMetric[0]]));
     return h("section", { "aria-labelledby": `${id}-title` },
       h("h3", { id: `${id}-title` }, facet),
