@@ -344,3 +344,62 @@ def test_three_workers_under_overlapping_faults_score_every_result_once(
             cluster.close()
         if not os.environ.get("CHURN_KEEP_BROKER"):
             stop_broker(broker_state)
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_worker_frozen_past_its_session_timeout_is_fenced_and_rejoins(
+    tmp_path: Path, kafka_bootstrap: str, guarantee: str
+) -> None:
+    """A zombie: one of two workers frozen while the other takes its partitions over.
+    When it wakes up it must not write what the other already wrote (fenced under
+    exactly_once), and it must rejoin the group in the same process, not exit."""
+    settings = settings_for(
+        kafka_bootstrap,
+        tmp_path,
+        partitions=4,
+        processing_guarantee=guarantee,
+        broker_session_timeout=SESSION_TIMEOUT,
+    )
+    ensure_topics(settings)
+    golden, results = golden_and_results("zombie", queries=100, results=3_000, seed=8)
+    cluster = Cluster([Worker(settings, tmp_path) for _ in range(2)])
+    try:
+        for worker in cluster.workers:
+            worker.launch()
+        for worker in cluster.workers:
+            worker.wait_ready(120)
+        wait_for(lambda: len(rollup_owners(cluster.workers[0])) == 2, 120, "two workers share")
+        load_golden(settings, cluster.workers, golden)
+        cluster.supervise()
+        zombie, other = cluster.workers
+        pid = zombie.process.pid
+        feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
+        feeder.start()
+        time.sleep(5.0)
+        cluster.freeze_worker(0, WORKER_FREEZE)
+        wait_for(
+            lambda: len(rollup_owners(other)) == 2 and zombie.get("/readyz")[0] == 200,
+            120,
+            "the thawed worker owns partitions again",
+        )
+        feeder.join_checked(120)
+        everything = {result.result_id for result in results}
+        records, tally = read_scored(settings, everything, 180, guarantee)
+        missing = everything - set(tally.copies)
+        made_by_workers = duplicates_made_by_worker(settings, everything, tally)
+        print(
+            f"\n[zombie {guarantee}] results {len(results)}, distinct {len(tally.copies)}, "
+            f"duplicates {tally.duplicates} (made by the workers {made_by_workers}); "
+            + "; ".join(cluster.events),
+            file=sys.stderr,
+        )
+        assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
+        if guarantee == "exactly_once":
+            assert made_by_workers == 0, duplicate_forensics(settings, records)
+        assert not cluster.exits, cluster.exits
+        assert zombie.process.pid == pid and zombie.process.poll() is None
+        offline = offline_runs(tmp_path, golden, results)
+        wait_all_committed(settings, 120)
+        wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
+    finally:
+        cluster.close()

@@ -381,14 +381,22 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
 
     async def reset_and_positions(
         self, reset: Iterable[TP], partitions: Iterable[TP]
-    ) -> dict[TP, int]:
-        """Reset ``reset`` as ``auto_offset_reset`` says, then the positions of ``partitions``."""
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Reset ``reset`` as ``auto_offset_reset`` says, then the positions of
+        ``partitions``; and the partitions of ``reset`` that do have a committed offset
+        when asked again (sought to it instead: see :meth:`_confirmed_unset`)."""
         return await self.call_thread(self._reset_and_positions, list(reset), list(partitions))
 
-    async def _reset_and_positions(self, reset: list[TP], partitions: list[TP]) -> dict[TP, int]:
+    async def _reset_and_positions(
+        self, reset: list[TP], partitions: list[TP]
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
         consumer = self._ensure_consumer()
         assigned = consumer.assignment()
         reset = [TopicPartition(tp.topic, tp.partition) for tp in reset if tp in assigned]
+        found = await self._confirmed_unset(consumer, reset) if reset else {}
+        for tp, offset in found.items():
+            consumer.seek(TopicPartition(tp.topic, tp.partition), offset)
+        reset = [tp for tp in reset if tp not in found]
         if reset:
             if self.app.conf.consumer_auto_offset_reset == "latest":
                 await consumer.seek_to_end(*reset)
@@ -398,7 +406,39 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
         for tp in partitions:
             if tp in assigned:
                 positions[tp] = await consumer.position(TopicPartition(tp.topic, tp.partition))
-        return positions
+        return positions, found
+
+    UNSET_CONFIRMATIONS = 3
+    """How many more times a partition without a committed offset is asked about."""
+    UNSET_CONFIRMATION_SECONDS = 1.0
+
+    async def _confirmed_unset(self, consumer: Any, partitions: list[Any]) -> dict[TP, int]:
+        """The partitions of ``partitions`` that have a committed offset after all.
+
+        Right after the broker was frozen (a long GC pause, a network partition), the
+        group coordinator (Kafka 4.1) answered "no committed offset" for input
+        partitions whose offsets it had committed seconds before. Reset to the
+        earliest offset, the worker processed them again from the start, and under
+        exactly_once committed every result of those partitions a second time
+        (tests/integration/test_churn.py: 250 duplicates read_committed, the range
+        committed before). A partition is only reset once the coordinator has said
+        it has no committed offset several times, a second apart; a fresh topic pays
+        that wait once. An empty partition is not asked about: read from its start, it
+        repeats nothing."""
+        found: dict[TP, int] = {}
+        starts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+        pending = [tp for tp in partitions if ends.get(tp, 0) > starts.get(tp, 0)]
+        for _ in range(self.UNSET_CONFIRMATIONS if pending else 0):
+            await asyncio.sleep(self.UNSET_CONFIRMATION_SECONDS)
+            for tp in list(pending):
+                offset = await consumer.committed(tp)
+                if offset is not None and offset >= 0:
+                    found[TP(tp.topic, tp.partition)] = offset
+                    pending.remove(tp)
+            if not pending:
+                break
+        return found
 
 
 class GuardedConsumer(AIOKafkaConsumer):
@@ -460,7 +500,17 @@ class GuardedConsumer(AIOKafkaConsumer):
         unset = {tp for tp in inputs if not self._committed_offset.get(tp)}
         if not inputs:
             return
-        positions = await self._thread.reset_and_positions(unset, inputs)
+        positions, found = await self._thread.reset_and_positions(unset, inputs)
+        if found:
+            logger.warning(
+                "The group coordinator first answered no committed offset, then one: "
+                "sought to %s (not reset to the %s offset)",
+                ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(found.items())),
+                self.app.conf.consumer_auto_offset_reset,
+            )
+            for tp, offset in found.items():
+                self._committed_offset[tp] = offset
+            unset -= set(found)
         for tp, position in positions.items():
             if tp in unset:
                 # Faust keeps None for "no committed offset": the reset position is
