@@ -115,7 +115,7 @@ def install(
     Faust's timer). A routed topic's fetched batches are handed over in parts of at
     most ``batch_max_records`` (None: whole), but the background topics'."""
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
-    install_graceful_stop(app, stop_timeout_seconds)
+    stop = install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
     undecodable: dict[Any, str] = {}
     thread = type(
@@ -154,6 +154,7 @@ def install(
         # the app runs in a worker.
         if app.in_transaction:
             consumer.gate = edge.transactions
+            consumer.stop = stop
             edge.transactions.guard_rebalances(consumer)
             if caught_up_commit_seconds > 0:
                 consumer.caught_up_commit_seconds = caught_up_commit_seconds

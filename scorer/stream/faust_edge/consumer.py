@@ -55,6 +55,7 @@ from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.sending import Appender
+from scorer.stream.faust_edge.stopping import GracefulStop
 
 logger = logging.getLogger(__name__)
 
@@ -464,8 +465,12 @@ class GuardedConsumer(AIOKafkaConsumer):
     partitions (but the background topics') are read to their ends, a booked batch
     is committed at once, at most once per this many seconds (None: only Faust's
     commit timer). See :meth:`_caught_up_commits`."""
+    stop: GracefulStop | None = None
+    """Set per consumer by ``faust_edge.install`` under exactly_once: the stop barrier
+    the transactional sends respect."""
     _deliveries: Deliveries | None = None
     _appender: Appender | None = None
+    _transaction_appenders: dict[str, Appender] | None = None
     _send_lock: asyncio.Lock | None = None
     _booked_since_commit = False
     _last_commit_started = 0.0
@@ -924,7 +929,6 @@ class GuardedConsumer(AIOKafkaConsumer):
             return
         gate = self.gate
         own = gate.transactional_id(tp)
-        watch = self.deliveries.watch
         if own is None:
             # At-least-once: no transaction to join, so straight into aiokafka's
             # batches (``Appender``). Faust's send adds a signal and a wrapper per
@@ -933,23 +937,47 @@ class GuardedConsumer(AIOKafkaConsumer):
             async with self.send_lock:
                 await self._append_outputs(outputs)
             return
-        send = self.app.producer.send
+        groups: dict[str, list[Output]] = {}
         for output in outputs:
             transactional_id = (
                 own if output.source is None else gate.transactional_id(output.source)
             )
-            future = await send(
-                output.topic,
-                output.key,
-                output.value,
-                output.partition,
-                None,
-                output.headers,
-                transactional_id=transactional_id,
-            )
-            watch(future)
-            if output.on_sent is not None:
-                future.add_done_callback(output.on_sent)
+            group = groups.get(transactional_id)
+            if group is None:
+                groups[transactional_id] = [output]
+            else:
+                group.append(output)
+        async with self.send_lock:
+            for transactional_id, group in groups.items():
+                await self._send_in_transaction(transactional_id, group)
+
+    async def _send_in_transaction(self, transactional_id: str, outputs: list[Output]) -> None:
+        """Exactly_once: ``outputs`` into aiokafka's batches of the transactional producer
+        ``transactional_id``, as at-least-once sends them (one batch per partition, not
+        Faust's send per record), under Faust's lock of that transaction and the stop
+        barrier (``GracefulStop``: no send once the stop has committed, and the stop's
+        commit waits for a send in progress)."""
+        stop = self.stop
+        if stop is not None and not stop.admits_send(outputs[0].topic):
+            return
+        with stop.sending() if stop is not None else contextlib.nullcontext():
+            lock, appender = self.transaction_appender(transactional_id)
+            async with lock:
+                await self._append_outputs(outputs, appender)
+
+    def transaction_appender(self, transactional_id: str) -> tuple[asyncio.Lock, Appender]:
+        """Faust's lock of transaction ``transactional_id`` and an :class:`Appender` of its
+        transactional producer (exactly_once)."""
+        producer = self.app.producer
+        client = producer._transaction_producers.get(transactional_id)
+        if client is None:
+            raise RuntimeError(f"No transaction producer found for: {transactional_id}")
+        if self._transaction_appenders is None:
+            self._transaction_appenders = {}
+        appender = self._transaction_appenders.get(transactional_id)
+        if appender is None or appender.producer is not client:
+            appender = self._transaction_appenders[transactional_id] = Appender(client)
+        return producer._trn_locks[transactional_id], appender
 
     @property
     def send_lock(self) -> asyncio.Lock:
@@ -969,11 +997,14 @@ class GuardedConsumer(AIOKafkaConsumer):
             self._send_lock = asyncio.Lock()
         return self._send_lock
 
-    async def _append_outputs(self, outputs: list[Output]) -> None:
-        """At-least-once: ``outputs`` into aiokafka's batches, in their order within
-        each partition (the caller holds :attr:`send_lock`)."""
+    async def _append_outputs(
+        self, outputs: list[Output], appender: Appender | None = None
+    ) -> None:
+        """``outputs`` into aiokafka's batches (of ``appender``, else the at-least-once
+        producer's), in their order within each partition (the caller holds
+        :attr:`send_lock`)."""
         watch = self.deliveries.watch
-        appender = self.appender()
+        appender = appender or self.appender()
         batched = [o for o in outputs if o.on_sent is None]
         for future in await appender.send_many(
             [(o.topic, o.key, o.value, o.partition, o.headers) for o in batched]
