@@ -154,7 +154,7 @@ def install(
         # the app runs in a worker.
         if app.in_transaction:
             consumer.gate = edge.transactions
-            consumer.stop = stop
+            consumer.stop_barrier = stop
             edge.transactions.guard_rebalances(consumer)
             if caught_up_commit_seconds > 0:
                 consumer.caught_up_commit_seconds = caught_up_commit_seconds

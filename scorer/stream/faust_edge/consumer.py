@@ -465,7 +465,7 @@ class GuardedConsumer(AIOKafkaConsumer):
     partitions (but the background topics') are read to their ends, a booked batch
     is committed at once, at most once per this many seconds (None: only Faust's
     commit timer). See :meth:`_caught_up_commits`."""
-    stop: GracefulStop | None = None
+    stop_barrier: GracefulStop | None = None
     """Set per consumer by ``faust_edge.install`` under exactly_once: the stop barrier
     the transactional sends respect."""
     _deliveries: Deliveries | None = None
@@ -957,7 +957,7 @@ class GuardedConsumer(AIOKafkaConsumer):
         Faust's send per record), under Faust's lock of that transaction and the stop
         barrier (``GracefulStop``: no send once the stop has committed, and the stop's
         commit waits for a send in progress)."""
-        stop = self.stop
+        stop = self.stop_barrier
         if stop is not None and not stop.admits_send(outputs[0].topic):
             return
         with stop.sending() if stop is not None else contextlib.nullcontext():
