@@ -89,6 +89,17 @@ def test_a_seek_back_to_the_committed_offset_keeps_what_was_handed_over() -> Non
     assert not ledger.committing(RESULTS[0], 501)
 
 
+def test_a_batch_booked_after_a_revoke_forgot_its_partition_is_not_tracked_again() -> None:
+    # Under exactly_once a batch in hand when a revoke begins is booked anyway (the
+    # revoke's commit commits it); the revoke has already forgotten the partition.
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 100)
+    ledger.forget([RESULTS[0]])
+    ledger.handed(RESULTS[0], 100, 150)
+    assert RESULTS[0] not in ledger.partitions
+    assert ledger.committing(RESULTS[0], 150)
+
+
 def test_the_ledger_is_exported_per_partition() -> None:
     ledger = InputLedger()
     ledger.started(RESULTS[1], 7)
