@@ -8,8 +8,9 @@ dead letter) and is counted there (``scorer.stream.telemetry``). Who does what:
 - ``qrels``: the golden set into the qrels table (an agent);
 - ``parking``: the time limit of results waiting for their qrels (an agent
   and a timer);
-- ``rollups``: per-run rollups of the scored results (an agent, and a flush
-  before every commit);
+- ``rollups``: per-run rollups of the scored results (the rollup topic a fetched
+  batch at a time, a background topic of the Faust edge, and a flush of the
+  pending contributions before every commit);
 - ``web``: the run API and the health endpoints.
 
 State lives in changelog-backed tables keyed by queryId and co-partitioned with

@@ -713,9 +713,14 @@ def test_a_worker_stopped_with_sigterm_exits_0_without_errors_every_time(
 
 
 def log_alarms(worker: Worker) -> list[str]:
-    """The ERROR and CRITICAL lines of every incarnation of ``worker`` (one log file)."""
+    """The ERROR and CRITICAL lines and the tracebacks of every incarnation of
+    ``worker`` (one log file)."""
     lines = worker.log.read_text(errors="replace").splitlines()
-    return [line for line in lines if "[ERROR]" in line or "[CRITICAL]" in line]
+    return [
+        line
+        for line in lines
+        if "[ERROR]" in line or "[CRITICAL]" in line or line.startswith("Traceback")
+    ]
 
 
 ROLLING_RESULTS = 9_000

@@ -89,6 +89,17 @@ def test_a_seek_back_to_the_committed_offset_keeps_what_was_handed_over() -> Non
     assert not ledger.committing(RESULTS[0], 501)
 
 
+def test_a_batch_booked_after_a_revoke_forgot_its_partition_is_not_tracked_again() -> None:
+    # Under exactly_once a batch in hand when a revoke begins is booked anyway (the
+    # revoke's commit commits it); the revoke has already forgotten the partition.
+    ledger = InputLedger()
+    ledger.started(RESULTS[0], 100)
+    ledger.forget([RESULTS[0]])
+    ledger.handed(RESULTS[0], 100, 150)
+    assert RESULTS[0] not in ledger.partitions
+    assert ledger.committing(RESULTS[0], 150)
+
+
 def test_the_ledger_is_exported_per_partition() -> None:
     ledger = InputLedger()
     ledger.started(RESULTS[1], 7)
@@ -345,14 +356,16 @@ def test_no_commit_passes_a_head_gap_when_nothing_was_committed(committed: int |
 
 
 class StandInClient:
-    """The ``Appender`` of aiokafka's producer under Faust's: at-least-once sends go
-    straight to it."""
+    """The ``Appender`` of one of aiokafka's producers under Faust's: at-least-once
+    sends go straight to the plain one ("aiokafka"), exactly_once sends to the
+    transactional one of their input partition (its transactional id)."""
 
-    def __init__(self, producer: StandInProducer) -> None:
+    def __init__(self, producer: StandInProducer, name: str = "aiokafka") -> None:
         self.producer = producer
+        self.name = name
 
     async def send(self, topic, key, value, partition, headers):
-        return self.producer.record(topic, value, partition, "aiokafka")
+        return self.producer.record(topic, value, partition, self.name)
 
     async def send_many(self, records):
         return [await self.send(*record) for record in records]
@@ -420,6 +433,10 @@ def batch_consumer(
     consumer.gate = gate or OpenGate()
     consumer.app.producer = StandInProducer(failing)
     consumer.appender = lambda: consumer.app.producer.client  # type: ignore[method-assign]
+    consumer.transaction_appender = lambda tid: (  # type: ignore[method-assign]
+        asyncio.Lock(),
+        StandInClient(consumer.app.producer, tid),
+    )
     consumer.app.monitor = SimpleNamespace(track_tp_end_offset=lambda tp, offset: None)
     consumer.highwater = lambda tp: 0  # type: ignore[method-assign]
     consumer._to_message = lambda tp, record: SimpleNamespace(  # type: ignore[method-assign]
@@ -505,13 +522,13 @@ def test_under_exactly_once_a_batch_whose_flow_stopped_while_sending_is_booked()
     # outputs committed twice (or, with the guard against that, its table writes lost).
     consumer, seen = batch_consumer(StandInGate())
     consumer.ledger.started(RESULTS[0], 0)
-    send = consumer.app.producer.send
+    record = consumer.app.producer.record
 
-    async def send_then_revoke(*args: Any, **kwargs: Any) -> Any:
+    def send_then_revoke(*args: Any) -> Any:
         consumer.flow_active = False  # a revoke began meanwhile
-        return await send(*args, **kwargs)
+        return record(*args)
 
-    consumer.app.producer.send = send_then_revoke
+    consumer.app.producer.record = send_then_revoke
     asyncio.run(consumer._deliver_all({RESULTS[0]: batch(0, 2)}))
     assert seen == [[0, 1, 2]]
     assert list(consumer._acked[RESULTS[0]]) == [0, 1, 2]

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import IllegalOperation, MessageSizeTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
@@ -203,3 +203,30 @@ def test_outputs_reach_each_partition_in_the_order_of_the_calls_that_sent_them()
 
     landed = asyncio.run(scenario())
     assert landed == {0: [b"earlier", b"older-0"], 1: [b"older-1", b"newer-1"]}
+
+
+def test_a_transactional_producers_records_go_only_into_its_open_transaction() -> None:
+    # Outside a transaction both send paths refuse, as aiokafka's send refuses; inside,
+    # every partition written is in the transaction.
+    async def scenario() -> None:
+        producer = producer_with({"scored": 4, "rollup": 2}, transactional_id="app-1-0")
+        appender = Appender(producer)
+        with pytest.raises(IllegalOperation, match="not in transaction"):
+            await appender.send_many([("scored", b"q", b"v", None, None)])
+        with pytest.raises(IllegalOperation, match="not in transaction"):
+            await appender.send("rollup", b"run", b"r", 0, None)
+        transaction = producer._txn_manager
+        transaction.set_pid_and_epoch(7, 0)
+        transaction.begin_transaction()
+        records = [("scored", f"q-{n}".encode(), b"v", None, None) for n in range(20)]
+        records.append(("rollup", b"run", b"r", 1, None))
+        await appender.send_many(records)
+        await appender.send("rollup", b"run", b"r", 0, None)
+        wanted = {
+            TopicPartition("scored", appender.partition_for("scored", k))
+            for _, k, *_ in records[:-1]
+        }
+        wanted |= {TopicPartition("rollup", 1), TopicPartition("rollup", 0)}
+        assert transaction.partitions_to_add() == wanted
+
+    asyncio.run(scenario())

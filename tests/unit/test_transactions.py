@@ -399,6 +399,28 @@ def test_the_producer_of_a_partition_revoked_but_kept_as_standby_is_stopped() ->
     assert set(rebalance(guarded=True)) == {"app-1-0"}
 
 
+def test_a_revoked_partition_of_a_topic_the_assignor_no_longer_knows_stops_no_rebalance() -> None:
+    # A topic created during the rebalance (the parking-expiry topic on a first start)
+    # can be missing from the assignor's new topic groups: naming its producer raised
+    # KeyError inside Faust's rebalance callback and crashed the worker.
+    def group_for_topic(topic: str) -> int:
+        if topic != RESULTS:
+            raise KeyError(topic)
+        return 1
+
+    app = App(assignor=SimpleNamespace(group_for_topic=group_for_topic))
+    manager = app.consumer.transactions
+    Transactions(app)._stop_revoked(manager)
+    run(
+        manager.on_rebalance(
+            assigned={TP(RESULTS, 0)},
+            revoked={TP(RESULTS, 1), TP("app-parking-expiry", 1)},
+            newly_assigned=set(),
+        )
+    )
+    assert set(app.producer._transaction_producers) == {"app-1-0"}
+
+
 def test_a_changelog_partition_without_a_start_offset_is_read_from_its_start() -> None:
     # Faust's interrupted recovery seeks such a partition to None: aiokafka raises.
     seeks: list[dict[TP, int]] = []

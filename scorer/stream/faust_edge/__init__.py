@@ -1,11 +1,13 @@
-"""Everything that reaches into Faust's or aiokafka's private names, behind ``install``.
+"""The worker's hold on Faust and aiokafka, behind ``install``.
 
 The rest of the worker talks to Faust through its public API (``faust.App``,
 topics, tables, agents, web views). What Faust 0.15.3 gets wrong for this
 worker, and the batch path of the results topic, live here, installed through
-Faust's class hook for the consumer (``Transport.Consumer``). Each private
-name used is listed, with why and which test covers it, in
-docs/faust-internals.md.
+Faust's class hook for the consumer (``Transport.Consumer``). Nearly every
+private name of faust, mode and aiokafka the project uses is here; each one,
+and each attribute replaced at runtime, is listed with why in
+docs/faust-internals.md, and tests/unit/test_private_names.py fails when the
+code and that list differ.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def install(
     Faust's timer). A routed topic's fetched batches are handed over in parts of at
     most ``batch_max_records`` (None: whole), but the background topics'."""
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
-    install_graceful_stop(app, stop_timeout_seconds)
+    stop = install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
     undecodable: dict[Any, str] = {}
     thread = type(
@@ -154,6 +156,7 @@ def install(
         # the app runs in a worker.
         if app.in_transaction:
             consumer.gate = edge.transactions
+            consumer.stop_barrier = stop
             edge.transactions.guard_rebalances(consumer)
             if caught_up_commit_seconds > 0:
                 consumer.caught_up_commit_seconds = caught_up_commit_seconds

@@ -55,6 +55,7 @@ from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.sending import Appender
+from scorer.stream.faust_edge.stopping import GracefulStop
 
 logger = logging.getLogger(__name__)
 
@@ -381,14 +382,22 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
 
     async def reset_and_positions(
         self, reset: Iterable[TP], partitions: Iterable[TP]
-    ) -> dict[TP, int]:
-        """Reset ``reset`` as ``auto_offset_reset`` says, then the positions of ``partitions``."""
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
+        """Reset ``reset`` as ``auto_offset_reset`` says, then the positions of
+        ``partitions``; and the partitions of ``reset`` that do have a committed offset
+        when asked again (sought to it instead: see :meth:`_confirmed_unset`)."""
         return await self.call_thread(self._reset_and_positions, list(reset), list(partitions))
 
-    async def _reset_and_positions(self, reset: list[TP], partitions: list[TP]) -> dict[TP, int]:
+    async def _reset_and_positions(
+        self, reset: list[TP], partitions: list[TP]
+    ) -> tuple[dict[TP, int], dict[TP, int]]:
         consumer = self._ensure_consumer()
         assigned = consumer.assignment()
         reset = [TopicPartition(tp.topic, tp.partition) for tp in reset if tp in assigned]
+        found = await self._confirmed_unset(consumer, reset) if reset else {}
+        for tp, offset in found.items():
+            consumer.seek(TopicPartition(tp.topic, tp.partition), offset)
+        reset = [tp for tp in reset if tp not in found]
         if reset:
             if self.app.conf.consumer_auto_offset_reset == "latest":
                 await consumer.seek_to_end(*reset)
@@ -398,7 +407,39 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
         for tp in partitions:
             if tp in assigned:
                 positions[tp] = await consumer.position(TopicPartition(tp.topic, tp.partition))
-        return positions
+        return positions, found
+
+    UNSET_CONFIRMATIONS = 3
+    """How many more times a partition without a committed offset is asked about."""
+    UNSET_CONFIRMATION_SECONDS = 1.0
+
+    async def _confirmed_unset(self, consumer: Any, partitions: list[Any]) -> dict[TP, int]:
+        """The partitions of ``partitions`` that have a committed offset after all.
+
+        Right after the broker was frozen (a long GC pause, a network partition), the
+        group coordinator (Kafka 4.1) answered "no committed offset" for input
+        partitions whose offsets it had committed seconds before. Reset to the
+        earliest offset, the worker processed them again from the start, and under
+        exactly_once committed every result of those partitions a second time
+        (tests/integration/test_churn.py: 250 duplicates read_committed, the range
+        committed before). A partition is only reset once the coordinator has said
+        it has no committed offset several times, a second apart; a fresh topic pays
+        that wait once. An empty partition is not asked about: read from its start, it
+        repeats nothing."""
+        found: dict[TP, int] = {}
+        starts = await consumer.beginning_offsets(partitions)
+        ends = await consumer.end_offsets(partitions)
+        pending = [tp for tp in partitions if ends.get(tp, 0) > starts.get(tp, 0)]
+        for _ in range(self.UNSET_CONFIRMATIONS if pending else 0):
+            await asyncio.sleep(self.UNSET_CONFIRMATION_SECONDS)
+            for tp in list(pending):
+                offset = await consumer.committed(tp)
+                if offset is not None and offset >= 0:
+                    found[TP(tp.topic, tp.partition)] = offset
+                    pending.remove(tp)
+            if not pending:
+                break
+        return found
 
 
 class GuardedConsumer(AIOKafkaConsumer):
@@ -424,8 +465,12 @@ class GuardedConsumer(AIOKafkaConsumer):
     partitions (but the background topics') are read to their ends, a booked batch
     is committed at once, at most once per this many seconds (None: only Faust's
     commit timer). See :meth:`_caught_up_commits`."""
+    stop_barrier: GracefulStop | None = None
+    """Set per consumer by ``faust_edge.install`` under exactly_once: the stop barrier
+    the transactional sends respect."""
     _deliveries: Deliveries | None = None
     _appender: Appender | None = None
+    _transaction_appenders: dict[str, Appender] | None = None
     _send_lock: asyncio.Lock | None = None
     _booked_since_commit = False
     _last_commit_started = 0.0
@@ -460,7 +505,17 @@ class GuardedConsumer(AIOKafkaConsumer):
         unset = {tp for tp in inputs if not self._committed_offset.get(tp)}
         if not inputs:
             return
-        positions = await self._thread.reset_and_positions(unset, inputs)
+        positions, found = await self._thread.reset_and_positions(unset, inputs)
+        if found:
+            logger.warning(
+                "The group coordinator first answered no committed offset, then one: "
+                "sought to %s (not reset to the %s offset)",
+                ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(found.items())),
+                self.app.conf.consumer_auto_offset_reset,
+            )
+            for tp, offset in found.items():
+                self._committed_offset[tp] = offset
+            unset -= set(found)
         for tp, position in positions.items():
             if tp in unset:
                 # Faust keeps None for "no committed offset": the reset position is
@@ -874,7 +929,6 @@ class GuardedConsumer(AIOKafkaConsumer):
             return
         gate = self.gate
         own = gate.transactional_id(tp)
-        watch = self.deliveries.watch
         if own is None:
             # At-least-once: no transaction to join, so straight into aiokafka's
             # batches (``Appender``). Faust's send adds a signal and a wrapper per
@@ -883,23 +937,47 @@ class GuardedConsumer(AIOKafkaConsumer):
             async with self.send_lock:
                 await self._append_outputs(outputs)
             return
-        send = self.app.producer.send
+        groups: dict[str, list[Output]] = {}
         for output in outputs:
             transactional_id = (
                 own if output.source is None else gate.transactional_id(output.source)
             )
-            future = await send(
-                output.topic,
-                output.key,
-                output.value,
-                output.partition,
-                None,
-                output.headers,
-                transactional_id=transactional_id,
-            )
-            watch(future)
-            if output.on_sent is not None:
-                future.add_done_callback(output.on_sent)
+            group = groups.get(transactional_id)
+            if group is None:
+                groups[transactional_id] = [output]
+            else:
+                group.append(output)
+        async with self.send_lock:
+            for transactional_id, group in groups.items():
+                await self._send_in_transaction(transactional_id, group)
+
+    async def _send_in_transaction(self, transactional_id: str, outputs: list[Output]) -> None:
+        """Exactly_once: ``outputs`` into aiokafka's batches of the transactional producer
+        ``transactional_id``, as at-least-once sends them (one batch per partition, not
+        Faust's send per record), under Faust's lock of that transaction and the stop
+        barrier (``GracefulStop``: no send once the stop has committed, and the stop's
+        commit waits for a send in progress)."""
+        stop = self.stop_barrier
+        if stop is not None and not stop.admits_send(outputs[0].topic):
+            return
+        with stop.sending() if stop is not None else contextlib.nullcontext():
+            lock, appender = self.transaction_appender(transactional_id)
+            async with lock:
+                await self._append_outputs(outputs, appender)
+
+    def transaction_appender(self, transactional_id: str) -> tuple[asyncio.Lock, Appender]:
+        """Faust's lock of transaction ``transactional_id`` and an :class:`Appender` of its
+        transactional producer (exactly_once)."""
+        producer = self.app.producer
+        client = producer._transaction_producers.get(transactional_id)
+        if client is None:
+            raise RuntimeError(f"No transaction producer found for: {transactional_id}")
+        if self._transaction_appenders is None:
+            self._transaction_appenders = {}
+        appender = self._transaction_appenders.get(transactional_id)
+        if appender is None or appender.producer is not client:
+            appender = self._transaction_appenders[transactional_id] = Appender(client)
+        return producer._trn_locks[transactional_id], appender
 
     @property
     def send_lock(self) -> asyncio.Lock:
@@ -919,11 +997,14 @@ class GuardedConsumer(AIOKafkaConsumer):
             self._send_lock = asyncio.Lock()
         return self._send_lock
 
-    async def _append_outputs(self, outputs: list[Output]) -> None:
-        """At-least-once: ``outputs`` into aiokafka's batches, in their order within
-        each partition (the caller holds :attr:`send_lock`)."""
+    async def _append_outputs(
+        self, outputs: list[Output], appender: Appender | None = None
+    ) -> None:
+        """``outputs`` into aiokafka's batches (of ``appender``, else the at-least-once
+        producer's), in their order within each partition (the caller holds
+        :attr:`send_lock`)."""
         watch = self.deliveries.watch
-        appender = self.appender()
+        appender = appender or self.appender()
         batched = [o for o in outputs if o.on_sent is None]
         for future in await appender.send_many(
             [(o.topic, o.key, o.value, o.partition, o.headers) for o in batched]

@@ -101,8 +101,15 @@ class InputLedger:
         return Verdict(Admission.HAND, max(start, ledger.expected))
 
     def handed(self, tp: Hashable, first: int, end: int) -> None:
-        """Offsets ``[first, end)`` were handed over (``first`` from ``admit``)."""
-        ledger = self.partitions[tp]
+        """Offsets ``[first, end)`` were handed over (``first`` from ``admit``).
+
+        A partition a revoke forgot while its batch was in hand (under exactly_once
+        the batch is still booked, and committed by the revoke's commit) is not
+        tracked again: its next seek starts it afresh. (Looked up, it raised KeyError
+        in the drain loop and crashed the worker mid-rebalance.)"""
+        ledger = self.partitions.get(tp)
+        if ledger is None:
+            return
         ledger.expected = end
         if first <= ledger.high:
             ledger.high = max(ledger.high, end)

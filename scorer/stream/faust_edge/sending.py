@@ -1,4 +1,4 @@
-"""At-least-once sends of the batch path, appended to aiokafka's producer batches.
+"""The batch path's sends, appended to aiokafka's producer batches (both guarantees).
 
 ``AIOKafkaProducer.send`` does per record what a batch of records to a few
 topics needs once: it awaits the topic's metadata, builds the topic's partition
@@ -10,9 +10,13 @@ share it), and the record goes to the producer's accumulator as ``send`` would
 put it there: the same size check, the same partition, the same batch. A topic
 the client has no metadata for yet takes ``send`` itself, which fetches it.
 
+Under exactly_once the producer is an input partition's transactional one: a
+record is refused, as ``send`` refuses it, when no transaction is open (the
+accumulator adds each new batch's partition to the open transaction).
+
 Private names (aiokafka 0.14.0): ``AIOKafkaProducer._serialize``,
 ``._partitioner``, ``._message_accumulator``, ``._request_timeout_ms``,
-``ClusterMetadata._partitions``; see docs/faust-internals.md.
+``._txn_manager``, ``ClusterMetadata._partitions``; see docs/faust-internals.md.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from aiokafka.errors import IllegalOperation
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.structs import TopicPartition
 
@@ -29,8 +34,7 @@ Record = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, byte
 
 
 class Appender:
-    """Sends records through one started ``AIOKafkaProducer`` (not a transactional one:
-    it skips the producer's transaction check)."""
+    """Sends records through one started ``AIOKafkaProducer`` (transactional or not)."""
 
     MAX_HASHES = 1 << 16
     """Keys whose hash is kept; the cache starts afresh when full."""
@@ -42,6 +46,10 @@ class Appender:
         self._hashes: dict[bytes, int] = {}
         self._default_partitioner = isinstance(producer._partitioner, DefaultPartitioner)
         self._timeout = producer._request_timeout_ms / 1000
+        txn_manager = producer._txn_manager
+        self._transaction = (
+            txn_manager if txn_manager is not None and txn_manager.transactional_id else None
+        )
 
     def partition_for(self, topic: str, key: bytes | None) -> int | None:
         """The partition ``send`` would choose for ``key`` (None: no metadata yet)."""
@@ -95,9 +103,16 @@ class Appender:
             return await producer.send(topic, value, key=key, partition=partition, headers=headers)
         headers = headers or []
         key, value = producer._serialize(key, value, headers)
+        self._check_transaction()
         return await producer._message_accumulator.add_message(
             TopicPartition(topic, chosen), key, value, self._timeout, headers=headers
         )
+
+    def _check_transaction(self) -> None:
+        """A transactional producer sends only in an open transaction (as ``send``)."""
+        transaction = self._transaction
+        if transaction is not None and not transaction.is_in_transaction():
+            raise IllegalOperation("Can't send messages while not in transaction")
 
     async def send_many(self, records: Sequence[Record]) -> list[asyncio.Future[Any]]:
         """Send ``records`` as one aiokafka batch per topic partition (more where one
@@ -121,6 +136,7 @@ class Appender:
             else:
                 group.append(record)
         for (topic, partition), group in groups.items():
+            self._check_transaction()
             builder = producer.create_batch()
             for _, key, value, _, headers in group:
                 headers = headers or []

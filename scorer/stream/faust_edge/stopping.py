@@ -40,11 +40,12 @@ it touches: ``App._new_producer``, ``App._new_consumer``, ``App.on_stop``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -116,17 +117,10 @@ class GracefulStop:
             *,
             transactional_id: str | None = None,
         ) -> Any:
-            if transactional_id is not None and self._refuses(asyncio.current_task()):
-                self.refused += 1
-                logger.info(
-                    "Not sent to %s: the stop has committed the transactions (left "
-                    "uncommitted on purpose; the partition's next owner redoes it)",
-                    topic,
-                )
+            if transactional_id is not None and not self.admits_send(topic):
                 # Never resolved: the record is not sent, and nothing waits for it.
                 return asyncio.get_running_loop().create_future()
-            self._in_flight += 1
-            try:
+            with self.sending():
                 return await send(
                     topic,
                     key,
@@ -136,8 +130,6 @@ class GracefulStop:
                     headers,
                     transactional_id=transactional_id,
                 )
-            finally:
-                self._in_flight -= 1
 
         producer.send = send_unless_committed
         return producer
@@ -173,6 +165,29 @@ class GracefulStop:
         return consumer
 
     # ------------------------------------------------------------ the barrier
+
+    def admits_send(self, topic: str) -> bool:
+        """Whether a transactional send to ``topic`` from the current task may be made
+        (see :meth:`_refuses`); a refused one is counted and logged."""
+        if not self._refuses(asyncio.current_task()):
+            return True
+        self.refused += 1
+        logger.info(
+            "Not sent to %s: the stop has committed the transactions (left "
+            "uncommitted on purpose; the partition's next owner redoes it)",
+            topic,
+        )
+        return False
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """Around a transactional send on its way to aiokafka: the stop's commit waits
+        for it (:meth:`_drain`)."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _refuses(self, task: asyncio.Task[Any] | None) -> bool:
         """Whether a transactional send from ``task`` must not be made: the stop's

@@ -276,8 +276,13 @@ class Transactions:
         async def on_rebalance_stopping_revoked(
             assigned: Any, revoked: Any, newly_assigned: Any
         ) -> None:
+            # Every producer the new assignment does not need, rather than those named
+            # after the revoked partitions: a revoked partition's topic can be missing
+            # from the assignor's new topic groups (a topic created during the
+            # rebalance), and naming its producer then raised KeyError in the rebalance
+            # callback, which crashed the worker (tests/integration/test_churn.py).
             kept = manager._tps_to_transactional_ids(assigned)
-            stale = {self._transactional_id(tp.topic, tp.partition) for tp in revoked} - kept
+            stale = set(getattr(app.producer, "_transaction_producers", {})) - kept
             for transactional_id in sorted(stale):
                 if transactional_id in getattr(app.producer, "_transaction_producers", {}):
                     logger.info(
