@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,8 @@ import click
 
 from scorer.settings import ConfigError, Settings
 from scorer.settings import load_settings as settings_from_env
+
+logger = logging.getLogger(__name__)
 
 
 def load_settings() -> Settings:
@@ -81,7 +85,6 @@ def make_data_dir(settings: Settings) -> None:
 @click.option("--loglevel", default="warning", show_default=True, help="Faust log level.")
 def worker_command(loglevel: str) -> None:
     """Run the streaming scorer (configured by SCORER_* and KAFKA_BOOTSTRAP_SERVERS)."""
-    from scorer.stream.app import create_app
     from scorer.stream.faust_edge.versions import VersionMismatch, check_versions
 
     try:
@@ -92,8 +95,38 @@ def worker_command(loglevel: str) -> None:
     check_web_port(settings)
     make_data_dir(settings)
     check_broker(settings)
-    scorer = create_app(settings)
-    make_worker(scorer.app, loglevel, settings, scorer.readiness).execute_from_commandline()
+    run_rebuilding(settings, loglevel)
+
+
+def run_rebuilding(settings: Settings, loglevel: str) -> None:
+    """Run the scorer's Faust app in a worker until it stops; when it stopped on a
+    recoverable producer error (``scorer.stream.faust_edge.recovery``: a fenced
+    transaction, a delivery timeout), build a new app on a new event loop in this
+    process and run that one. Exits as the last worker did (SystemExit)."""
+    from scorer.stream.app import create_app
+    from scorer.stream.faust_edge import Recovery
+
+    recovery = Recovery()
+    while True:
+        scorer = create_app(settings, recovery)
+        worker = make_worker(scorer.app, loglevel, settings, scorer.readiness, recovery)
+        started = time.monotonic()
+        try:
+            worker.execute_from_commandline()
+        except SystemExit:
+            if worker.signalled or not recovery.should_rebuild(worker.crash_reason):
+                raise
+        if scorer.parts.edge.stop is not None:
+            scorer.parts.edge.stop.stopped()  # its deadline must not end the next app
+        why = recovery.requested or f"crash: {worker.crash_reason!r}"
+        logger.info(
+            "Rebuilding the app in-process (recovery %d, after %.0f s): %s",
+            sum(recovery.counts.values()),
+            time.monotonic() - started,
+            why,
+        )
+        recovery.reset()
+        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 def ready_lines(settings: Settings) -> list[str]:
@@ -136,6 +169,7 @@ def make_worker(
     loglevel: str,
     settings: Settings | None = None,
     readiness: Callable[[], tuple[bool, str]] | None = None,
+    recovery: Any = None,
 ) -> Any:
     """A Faust worker for ``app`` without Faust's start-up spinner, that prints
     ``ready_lines(settings)`` (when given) once ``readiness`` says it is ready (at
@@ -145,10 +179,29 @@ def make_worker(
     handler and sets the root logger to DEBUG for good, so every ``log.debug``
     of Faust and aiokafka would build a record (8% of a worker's CPU, measured
     with py-spy in bench/stream.py).
+
+    ``recovery`` (a ``faust_edge.Recovery``) stops it cleanly when the app asks to be
+    rebuilt; ``worker.signalled`` says whether a signal stopped it instead.
     """
     import faust
 
     class Worker(faust.Worker):
+        signalled = False
+
+        def _schedule_shutdown(self, signal: signal.Signals) -> None:
+            self.signalled = True
+            super()._schedule_shutdown(signal)
+
+        def stop_to_rebuild(self) -> None:
+            """Stop as a signal would, without saying a signal came."""
+
+            async def stop() -> None:
+                await self.stop()
+                if self._starting_fut is not None and not self._starting_fut.done():
+                    self._starting_fut.cancel()
+
+            self._stopping_to_rebuild = asyncio.ensure_future(stop())
+
         def _on_startup_end_spinner(self) -> None:
             super()._on_startup_end_spinner()
             if settings is None:
@@ -166,4 +219,6 @@ def make_worker(
 
     worker = Worker(app, loglevel=loglevel)
     worker.spinner = None
+    if recovery is not None:
+        recovery.stop_with(worker.stop_to_rebuild)
     return worker

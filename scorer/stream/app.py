@@ -66,8 +66,10 @@ class Scorer:
     """What ``/readyz`` answers now: ``(ready, why)``."""
 
 
-def create_app(settings: Settings) -> Scorer:
-    """Build the streaming scorer for ``settings`` (nothing connects until it runs)."""
+def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) -> Scorer:
+    """Build the streaming scorer for ``settings`` (nothing connects until it runs).
+    ``recovery`` is the process's record of in-process rebuilds (``scorer worker``
+    passes the same one to every app it builds)."""
     faust_edge.check_versions()
     app = faust.App(
         settings.app_id,
@@ -109,6 +111,7 @@ def create_app(settings: Settings) -> Scorer:
         settings.stop_timeout_seconds,
         settings.caught_up_commit_seconds,
         settings.batch_max_records,
+        recovery,
     )
 
     parts = StreamParts(
@@ -143,5 +146,11 @@ def create_app(settings: Settings) -> Scorer:
     parking.register(parts)
     rollups.register(parts)
     watch.register(parts)
-    readiness = register_views(app, settings, parts.rollup_table, parts.run_queries_table)
+    readiness = register_views(
+        app,
+        settings,
+        parts.rollup_table,
+        parts.run_queries_table,
+        recovering=edge.recovery.readiness_reason,
+    )
     return Scorer(app, settings, telemetry, parts, readiness)

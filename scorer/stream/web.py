@@ -89,9 +89,17 @@ class InputTopics:
         return None
 
 
-def is_ready(app: faust.App, inputs: InputTopics | None = None) -> tuple[bool, str]:
+def is_ready(
+    app: faust.App,
+    inputs: InputTopics | None = None,
+    recovering: Callable[[], str | None] | None = None,
+) -> tuple[bool, str]:
     """Ready once the input topics exist, the tables are recovered and partitions are
-    assigned and consumed (or the group's assignment gave this worker none)."""
+    assigned and consumed (or the group's assignment gave this worker none), and not
+    while the app stops to be rebuilt in-process (``recovering()`` says why)."""
+    problem = recovering() if recovering is not None else None
+    if problem:
+        return False, problem
     problem = inputs.problem() if inputs is not None else None
     if problem:
         return False, problem
@@ -147,7 +155,11 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any], alpha: float) -> dic
 
 
 def register_views(
-    app: faust.App, settings: Settings, rollup_table: Any, run_queries_table: Any
+    app: faust.App,
+    settings: Settings,
+    rollup_table: Any,
+    run_queries_table: Any,
+    recovering: Callable[[], str | None] | None = None,
 ) -> Callable[[], tuple[bool, str]]:
     """Add the health views and the run API to the app's web server, and the task that
     watches whether the input topics exist (for ``/readyz``); returns what ``/readyz``
@@ -234,7 +246,7 @@ def register_views(
 
     @app.page("/readyz")
     async def readyz(web: View, request: Request) -> Response:
-        ready, reason = is_ready(app, inputs)
+        ready, reason = is_ready(app, inputs, recovering)
         return web.json({"ready": ready, "status": reason}, status=200 if ready else 503)
 
     @app.page("/")
@@ -316,4 +328,4 @@ def register_views(
             body = compare_documents(a, b, alpha)
             return self.json({"runA": run_a, "runB": run_b, **body})
 
-    return lambda: is_ready(app, inputs)
+    return lambda: is_ready(app, inputs, recovering)

@@ -352,8 +352,8 @@ def test_a_worker_frozen_past_its_session_timeout_is_fenced_and_rejoins(
 ) -> None:
     """A zombie: one of two workers frozen while the other takes its partitions over.
     When it wakes up it must not write what the other already wrote (fenced under
-    exactly_once), and it must rejoin the group in the same process, not exit
-    (under exactly_once it still exits once and is restarted: #35 item 1)."""
+    exactly_once), and it must rejoin the group in the same process, not exit (a
+    fenced producer rebuilds the app in-process: ``faust_edge.recovery``)."""
     settings = settings_for(
         kafka_bootstrap,
         tmp_path,
@@ -397,13 +397,13 @@ def test_a_worker_frozen_past_its_session_timeout_is_fenced_and_rejoins(
         assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
         if guarantee == "exactly_once":
             assert made_by_workers == 0, duplicate_forensics(settings, records)
-            # Known gap (#35 item 1, open): a fenced exactly_once zombie still exits 1
-            # and is restarted by its supervisor; the data must stay exact regardless.
-            assert cluster.exits in ([], ["worker 0 exited 1 by itself"]), cluster.exits
-        else:
-            assert not cluster.exits, cluster.exits
-        if not cluster.exits:
-            assert zombie.process.pid == pid and zombie.process.poll() is None
+        assert not cluster.exits, cluster.exits
+        assert zombie.process.pid == pid and zombie.process.poll() is None
+        if guarantee == "exactly_once":
+            # The zombie was fenced and rebuilt its app in-process, and says so.
+            log = zombie.log.read_text(errors="replace")
+            assert "Recovering in-process from" in log, "the zombie was never fenced"
+            assert zombie.metric("scorer_worker_recoveries_total") >= 1
         offline = offline_runs(tmp_path, golden, results)
         wait_all_committed(settings, 120)
         wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")

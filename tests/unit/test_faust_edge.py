@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.consumer.subscription_state import SubscriptionState
-from aiokafka.errors import UnsupportedCodecError
+from aiokafka.errors import ProducerFenced, UnsupportedCodecError
 from aiokafka.structs import TopicPartition
 from intervaltree import IntervalTree
 
@@ -27,6 +27,7 @@ from scorer.stream.faust_edge.consumer import (
     split_batch,
 )
 from scorer.stream.faust_edge.ledger import Admission, InputLedger, LedgerCollector
+from scorer.stream.faust_edge.recovery import Recovery
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import PINNED, VersionMismatch, check_versions, installed
 
@@ -780,7 +781,7 @@ def test_the_transactions_of_one_commit_are_committed_side_by_side() -> None:
             "app-1-2": TransactionalProducer("p2"),
         },
     )
-    Transactions._commit_concurrently(producer)
+    Transactions._commit_concurrently(producer, Recovery())
 
     async def commit() -> float:
         producer._trn_locks.update({tid: asyncio.Lock() for tid in ids})
@@ -794,6 +795,48 @@ def test_the_transactions_of_one_commit_are_committed_side_by_side() -> None:
     assert took < 0.1  # three 50 ms round trips at once, not one after the other
     assert steps[:3] == ["p0 offsets [0] app", "p1 offsets [10] app", "p2 offsets [20] app"]
     assert sorted(steps[3:]) == ["p0 begin", "p0 commit", "p2 begin", "p2 commit"]
+
+
+def test_a_fenced_transaction_in_a_commit_asks_for_a_rebuild_instead_of_raising() -> None:
+    """Faust would crash the app on ProducerFenced; the commit hands it to the recovery
+    (the others are still committed), and an error of our own still raises."""
+    committed: list[str] = []
+
+    class TransactionalProducer:
+        def __init__(self, name: str, error: BaseException | None = None) -> None:
+            self.name, self.error = name, error
+
+        async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+            return None
+
+        async def commit_transaction(self) -> None:
+            if self.error is not None:
+                raise self.error
+            committed.append(self.name)
+
+        async def begin_transaction(self) -> None:
+            return None
+
+    def run(error: BaseException) -> Recovery:
+        recovery = Recovery()
+        recovery.exactly_once = True
+        producer = SimpleNamespace(
+            _trn_locks={"a": asyncio.Lock(), "b": asyncio.Lock()},
+            _transaction_producers={
+                "a": TransactionalProducer("a", error),
+                "b": TransactionalProducer("b"),
+            },
+        )
+        Transactions._commit_concurrently(producer, recovery)
+        offsets = {"a": {TopicPartition("results", 0): 1}, "b": {TopicPartition("results", 1): 2}}
+        asyncio.run(producer.commit_transactions(offsets, "app"))
+        return recovery
+
+    recovery = run(ProducerFenced())
+    assert committed == ["b"]
+    assert recovery.requested is not None and recovery.requested.startswith("commit: Producer")
+    with pytest.raises(ValueError, match="ours"):
+        run(ValueError("ours"))
 
 
 def test_the_installed_faust_and_aiokafka_are_the_pinned_ones() -> None:

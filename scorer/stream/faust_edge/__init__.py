@@ -26,23 +26,32 @@ from scorer.stream.faust_edge.consumer import (
 )
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
 from scorer.stream.faust_edge.monitor import setup_faust_metrics
+from scorer.stream.faust_edge.recovery import Recovery, RecoveryCollector
 from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
-from scorer.stream.faust_edge.stopping import install_graceful_stop
+from scorer.stream.faust_edge.stopping import GracefulStop, install_graceful_stop
 from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import check_versions
 
-__all__ = ["ChangelogWriter", "Edge", "Output", "check_versions", "install"]
+__all__ = ["ChangelogWriter", "Edge", "Output", "Recovery", "check_versions", "install"]
 
 
 class Edge:
     """The worker's hold on Faust: its consumer class, transactions and input ledger."""
 
-    def __init__(self, app: Any, consumer_class: type[GuardedConsumer]) -> None:
+    def __init__(
+        self,
+        app: Any,
+        consumer_class: type[GuardedConsumer],
+        recovery: Recovery,
+        stop: GracefulStop | None = None,
+    ) -> None:
         self.app = app
+        self.stop = stop
         self.consumer_class = consumer_class
         self.ledger: InputLedger = consumer_class.ledger
-        self.transactions = Transactions(app)
+        self.recovery = recovery
+        self.transactions = Transactions(app, recovery)
         self._writers: list[ChangelogWriter] = []
 
     def route(self, topic: Any, handler: BatchHandler, background: bool = False) -> None:
@@ -108,6 +117,7 @@ def install(
     stop_timeout_seconds: float,
     caught_up_commit_seconds: float = 0.0,
     batch_max_records: int | None = None,
+    recovery: Recovery | None = None,
 ) -> Edge:
     """Make ``app``'s consumer the guarded one (before anything creates it), its monitor
     the cached Prometheus one (Faust's series under ``metrics_prefix`` and the input
@@ -115,7 +125,11 @@ def install(
     ``stop_timeout_seconds``. Under exactly_once a worker that has caught up commits
     its batches at once, at most every ``caught_up_commit_seconds`` (0: only on
     Faust's timer). A routed topic's fetched batches are handed over in parts of at
-    most ``batch_max_records`` (None: whole), but the background topics'."""
+    most ``batch_max_records`` (None: whole), but the background topics'. A
+    recoverable producer error is reported to ``recovery`` (one of its own when None),
+    which the worker command reads to rebuild the app in-process
+    (``faust_edge.recovery``)."""
+    recovery = recovery or Recovery()
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
     stop = install_graceful_stop(app, stop_timeout_seconds)
     ledger = InputLedger()
@@ -141,11 +155,13 @@ def install(
             "background_topics": set(),
             "before_commit": [],
             "batch_max_records": batch_max_records,
+            "recovery": recovery,
         },
     )
     app.transport.Consumer = consumer_class
     registry.register(LedgerCollector(ledger))
-    edge = Edge(app, consumer_class)
+    registry.register(RecoveryCollector(recovery))
+    edge = Edge(app, consumer_class, recovery, stop)
     new_consumer = app._new_consumer
 
     def new_guarded_consumer() -> Any:
@@ -154,6 +170,7 @@ def install(
         consumer = hold_inputs_until_seeked(new_consumer()).consumer
         # Not before: ``app.in_transaction`` is cached on first use, and is False until
         # the app runs in a worker.
+        recovery.exactly_once = bool(app.in_transaction)
         if app.in_transaction:
             consumer.gate = edge.transactions
             consumer.stop_barrier = stop

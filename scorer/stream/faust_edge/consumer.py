@@ -54,6 +54,7 @@ from faust.types import TP
 from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
+from scorer.stream.faust_edge.recovery import Recovery, is_recoverable
 from scorer.stream.faust_edge.sending import Appender
 from scorer.stream.faust_edge.stopping import GracefulStop
 
@@ -163,7 +164,8 @@ class Deliveries:
 
     PRUNE_AT = 10_000
 
-    def __init__(self) -> None:
+    def __init__(self, recovery: Recovery | None = None) -> None:
+        self.recovery = recovery
         self._error: BaseException | None = None
         self._pending: list[Any] = []
         self._prune_at = self.PRUNE_AT
@@ -190,7 +192,12 @@ class Deliveries:
                 in_flight.append(future)
             elif future.cancelled() or future.exception() is not None:
                 error = future.exception() if not future.cancelled() else asyncio.CancelledError()
-                logger.error("A record was not delivered: %r", error)
+                recovery = self.recovery
+                if recovery is not None and is_recoverable(error, recovery.exactly_once):
+                    # Not an operator's problem: the app is rebuilt (recovery's WARNING).
+                    logger.info("A record was not delivered: %r", error)
+                else:
+                    logger.error("A record was not delivered: %r", error)
                 if self._error is None:
                     self._error = error
         self._pending = in_flight
@@ -468,6 +475,9 @@ class GuardedConsumer(AIOKafkaConsumer):
     stop_barrier: GracefulStop | None = None
     """Set per consumer by ``faust_edge.install`` under exactly_once: the stop barrier
     the transactional sends respect."""
+    recovery: ClassVar[Recovery] = Recovery()
+    """Set per app by ``faust_edge.install``: where a recoverable producer error is
+    reported; once it is, nothing more is handed over, sent or committed."""
     _deliveries: Deliveries | None = None
     _appender: Appender | None = None
     _transaction_appenders: dict[str, Appender] | None = None
@@ -480,7 +490,7 @@ class GuardedConsumer(AIOKafkaConsumer):
     def deliveries(self) -> Deliveries:
         """The outcome of every record this consumer's worker sends."""
         if self._deliveries is None:
-            self._deliveries = Deliveries()
+            self._deliveries = Deliveries(self.recovery)
         return self._deliveries
 
     def _new_consumer_thread(self) -> GuardedConsumerThread:
@@ -551,16 +561,24 @@ class GuardedConsumer(AIOKafkaConsumer):
         partition's table: Faust re-reads its changelog up to the last stable offset
         (from the start, for a memory store), which reverts the tables to the last
         commit, while the records of that transaction are not processed again."""
+        recovery = self.recovery
         async with self.gate.lock:
+            if recovery.requested is not None:
+                return False
             # Everything booked so far is in this commit's offsets.
             self._booked_since_commit = False
             self._last_commit_started = monotonic()
-            for hook in self.before_commit:
-                await hook()
-            committed = await super().commit(*args, **kwargs)
-            if kwargs.get("start_new_transaction", True) is False:
-                committed = await self.gate.end_transactions() or committed
-            return committed
+            try:
+                for hook in self.before_commit:
+                    await hook()
+                committed = await super().commit(*args, **kwargs)
+                if kwargs.get("start_new_transaction", True) is False:
+                    committed = await self.gate.end_transactions() or committed
+            except Exception as error:
+                if recovery.request(error, "commit"):
+                    return False
+                raise
+            return committed and recovery.requested is None
 
     def ack(self, message: Any) -> bool:
         """Faust's ack, but under at-least-once not of a message of an earlier
@@ -675,7 +693,8 @@ class GuardedConsumer(AIOKafkaConsumer):
                 await asyncio.sleep(0)
             active = self._active_partitions
             if (
-                not self.flow_active
+                self.recovery.requested is not None
+                or not self.flow_active
                 or app.consumer_generation_id != generation_id
                 or not (active is None or tp in active or tp in self._buffered_partitions)
             ):
@@ -925,8 +944,8 @@ class GuardedConsumer(AIOKafkaConsumer):
         Not through ``topic.send``: Faust's topic path (message futures, send
         sensors, callbacks) cost the worker about as much CPU per record as the
         producer itself."""
-        if not outputs:
-            return
+        if not outputs or self.recovery.requested is not None:
+            return  # after a recovery request nothing commits: the next app resends
         gate = self.gate
         own = gate.transactional_id(tp)
         if own is None:
@@ -935,7 +954,11 @@ class GuardedConsumer(AIOKafkaConsumer):
             # record, and under exactly_once the lock and the stop barrier
             # (stopping.py) this would skip.
             async with self.send_lock:
-                await self._append_outputs(outputs)
+                try:
+                    await self._append_outputs(outputs)
+                except Exception as error:
+                    if not self.recovery.request(error, "send"):
+                        raise
             return
         groups: dict[str, list[Output]] = {}
         for output in outputs:
@@ -949,7 +972,12 @@ class GuardedConsumer(AIOKafkaConsumer):
                 group.append(output)
         async with self.send_lock:
             for transactional_id, group in groups.items():
-                await self._send_in_transaction(transactional_id, group)
+                try:
+                    await self._send_in_transaction(transactional_id, group)
+                except Exception as error:
+                    if self.recovery.request(error, f"send in {transactional_id}"):
+                        return
+                    raise
 
     async def _send_in_transaction(self, transactional_id: str, outputs: list[Output]) -> None:
         """Exactly_once: ``outputs`` into aiokafka's batches of the transactional producer
@@ -1033,11 +1061,14 @@ class GuardedConsumer(AIOKafkaConsumer):
         otherwise book the offsets of the input that produced the record (under
         at-least-once), or commit the transaction without it (under exactly_once:
         aiokafka fails the record's batch but still commits the transaction). The
-        crash leaves the input uncommitted, so the next owner processes it again."""
+        crash leaves the input uncommitted, so the next owner processes it again; a
+        recoverable error asks for an in-process rebuild instead (``faust_edge.recovery``),
+        which leaves it uncommitted too."""
         error = self.deliveries.error
         if error is None:
             return False
-        await self.crash(error)
+        if not self.recovery.request(error, "delivery"):
+            await self.crash(error)
         return True
 
     async def _commit(self, offsets: Mapping[TP, int]) -> bool:

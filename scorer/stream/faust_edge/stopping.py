@@ -66,6 +66,7 @@ class GracefulStop:
         self.started_at: float | None = None
         self._committing: asyncio.Task[Any] | None = None
         self._in_flight = 0
+        self._watchdog: threading.Timer | None = None
 
     # ------------------------------------------------------------ installation
 
@@ -215,9 +216,15 @@ class GracefulStop:
             "SCORER_STOP_TIMEOUT_SECONDS)",
             self.timeout,
         )
-        watchdog = threading.Timer(self.timeout, self._give_up)
+        watchdog = self._watchdog = threading.Timer(self.timeout, self._give_up)
         watchdog.daemon = True
         watchdog.start()
+
+    def stopped(self) -> None:
+        """The app has stopped within its deadline (the process goes on: an in-process
+        rebuild): the deadline no longer applies."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
 
     def _give_up(self) -> None:
         """The stop outlived its deadline: exit now, leaving the uncommitted work to be
