@@ -103,12 +103,23 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
     recoverable producer error (``scorer.stream.faust_edge.recovery``: a fenced
     transaction, a delivery timeout), build a new app on a new event loop in this
     process and run that one. Exits as the last worker did (SystemExit)."""
-    from scorer.stream.app import create_app
+    from scorer.kafka.topics import create_missing_topics
+    from scorer.stream.app import create_app, internal_topics
     from scorer.stream.faust_edge import Recovery
 
     recovery = Recovery()
+    first = True
     while True:
         scorer = create_app(settings, recovery)
+        if first:
+            created = create_missing_topics(settings, internal_topics(scorer))
+            if created:
+                print(
+                    f"scorer worker: created its internal topics {', '.join(sorted(created))}",
+                    flush=True,
+                )
+            asyncio.set_event_loop(asyncio.new_event_loop())
+            first = False
         worker = make_worker(scorer.app, loglevel, settings, scorer.readiness, recovery)
         started = time.monotonic()
         try:

@@ -167,6 +167,42 @@ async def ensure_topics_async(settings: Settings) -> list[TopicState]:
     return states
 
 
+def create_missing_topics(settings: Settings, wanted: list[NewTopic]) -> list[str]:
+    """Create the topics of ``wanted`` that do not exist, wait until the cluster's
+    metadata shows them, and return the names created (blocking).
+
+    The worker creates its internal topics (changelogs, the parking timer) this way
+    before Faust starts: Faust creates them itself, but its consumer's first
+    metadata request can come before the broker shows a topic just created, and
+    aiokafka then logs an ERROR (``Topic ... not found in cluster metadata``) at every
+    first start. Another creator winning the race is fine; other errors propagate."""
+    return asyncio.run(_create_missing(settings, wanted))
+
+
+async def _create_missing(settings: Settings, wanted: list[NewTopic]) -> list[str]:
+    if not wanted:
+        return []
+    admin = AIOKafkaAdminClient(client_id=f"{settings.app_id}-admin", **settings.aiokafka_options())
+    await admin.start()
+    try:
+        names = [topic.name for topic in wanted]
+        existing = await _partition_counts(admin, names)
+        missing = [topic for topic in wanted if topic.name not in existing]
+        created: list[str] = []
+        if missing:
+            response = await admin.create_topics(missing)
+            for error in response.to_object()["topic_errors"]:
+                code = error["error_code"]
+                if code == 0:
+                    created.append(error["topic"])
+                elif code != TOPIC_ALREADY_EXISTS:
+                    raise for_code(code)(f"creating {error['topic']}: {error['error_message']}")
+            await _wait_for_metadata(admin, names)
+    finally:
+        await admin.close()
+    return created
+
+
 def _check_join_contract(settings: Settings, states: list[TopicState]) -> None:
     by_name = {state.name: state for state in states}
     results, qrels = by_name[settings.results_topic], by_name[settings.qrels_topic]

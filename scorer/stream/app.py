@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from aiokafka.admin import NewTopic
 
 from scorer.settings import Settings
 from scorer.stream import faust_edge, parking, qrels, rollups, watch
@@ -64,6 +65,34 @@ class Scorer:
     parts: StreamParts
     readiness: Callable[[], tuple[bool, str]]
     """What ``/readyz`` answers now: ``(ready, why)``."""
+
+
+def internal_topics(scorer: Scorer) -> list[NewTopic]:
+    """The topics Faust would create for this app at its start (the tables'
+    changelogs, the parking timer), as Faust would create them: its partition count,
+    replication factor and cleanup policy (``scorer worker`` creates them first)."""
+    app = scorer.app
+    topics = [scorer.parts.expiry_topic, *(table.changelog_topic for table in app.tables.values())]
+    wanted = []
+    for topic in topics:
+        if topic.retention is not None:
+            continue  # left to Faust: its unit conversions are its own
+        config = {str(key): str(value) for key, value in (topic.config or {}).items()}
+        cleanup = [
+            flag for flag, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on
+        ]
+        if cleanup:
+            config["cleanup.policy"] = ",".join(cleanup)
+        for name in topic.topics:
+            wanted.append(
+                NewTopic(
+                    name,
+                    num_partitions=topic.partitions or app.conf.topic_partitions,
+                    replication_factor=topic.replicas or app.conf.topic_replication_factor,
+                    topic_configs=config,
+                )
+            )
+    return wanted
 
 
 def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) -> Scorer:

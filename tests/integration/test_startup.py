@@ -140,3 +140,41 @@ def test_three_workers_starting_together_keep_the_ledger_on_every_input(
                 if "[ERROR]" in line or "[CRITICAL]" in line or line.startswith("Traceback")
             ]  # fmt: skip
             assert not alarming, "\n".join(line[:300] for line in alarming[:10])
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_first_start_creates_the_internal_topics_as_faust_would_and_logs_no_error(
+    kafka_bootstrap: str, tmp_path: Path, guarantee: str
+) -> None:
+    """On a fresh app id the worker creates its changelogs and its parking timer topic
+    before Faust starts (Faust's consumer otherwise asked for them before the broker
+    showed them, and aiokafka logged ``[ERROR] Topic ... not found in cluster
+    metadata`` at every first start), with the partitions, replication and cleanup
+    policy Faust gives them; the start and the stop log no ERROR, CRITICAL or
+    traceback."""
+    from scorer.kafka.topics import describe_topics
+
+    settings = settings_for(kafka_bootstrap, tmp_path, partitions=3, processing_guarantee=guarantee)
+    ensure_topics(settings)
+    worker = Worker(settings, tmp_path).start(120)
+    try:
+        tables = ["qrels", "parked", "rollups", "run_queries", "rollup_seen"]
+        names = [f"{settings.app_id}-{table}-changelog" for table in tables]
+        expiry = f"{settings.app_id}-parking-expiry"
+        reports = {report.name: report for report in describe_topics(settings, [*names, expiry])}
+        for name in names:
+            assert reports[name].exists and reports[name].cleanup_policy == "compact", name
+            assert len(reports[name].partitions) == 3, name
+        assert reports[expiry].exists and reports[expiry].cleanup_policy == "delete"
+        assert len(reports[expiry].partitions) == 3
+    finally:
+        worker.stop(signal.SIGTERM)
+    assert worker.process is not None and worker.process.returncode == 0
+    log = worker.log.read_text(errors="replace")
+    said = [line for line in log.splitlines() if "created its internal topics" in line]
+    assert said and all(name in said[0] for name in [*names, expiry]), said
+    alarming = [
+        line for line in log.splitlines()
+        if "[ERROR]" in line or "[CRITICAL]" in line or line.startswith("Traceback")
+    ]  # fmt: skip
+    assert not alarming, "\n".join(line[:300] for line in alarming[:10])
