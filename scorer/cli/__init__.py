@@ -19,6 +19,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("scorer.cli.replay_cmd", "replay_command"),
     "demo": ("scorer.cli.demo_cmd", "demo_command"),
     "tail": ("scorer.cli.tail_cmd", "tail_command"),
+    "export": ("scorer.cli.export_cmd", "export_command"),
 }
 
 

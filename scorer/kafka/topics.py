@@ -265,6 +265,16 @@ async def _cleanup_policies(admin: AIOKafkaAdminClient, names: list[str]) -> dic
     return policies
 
 
+async def partition_counts(options: Mapping[str, object], names: list[str]) -> dict[str, int]:
+    """The partition count of each topic of ``names`` that exists on the cluster."""
+    admin = AIOKafkaAdminClient(**options)
+    await admin.start()
+    try:
+        return await _partition_counts(admin, names)
+    finally:
+        await admin.close()
+
+
 async def missing_topics(options: Mapping[str, object], names: list[str]) -> list[str]:
     """The topics of ``names`` that do not exist on the cluster, in the order given.
 

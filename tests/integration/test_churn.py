@@ -409,3 +409,71 @@ def test_a_worker_frozen_past_its_session_timeout_is_fenced_and_rejoins(
         wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
     finally:
         cluster.close()
+
+
+TRANSACTION_TIMEOUT = 60.0
+"""aiokafka's ``transaction_timeout_ms`` default, which Faust does not change."""
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_broker_frozen_past_the_transaction_timeout_is_ridden_out_in_process(
+    tmp_path: Path, guarantee: str
+) -> None:
+    """The broker frozen 75 s, past the transaction timeout (and every client timeout):
+    under exactly_once the broker aborts the open transactions when it wakes and the
+    worker's producers are fenced; it used to exit 1 (then lost nothing once restarted
+    by a supervisor). Now it rebuilds its app in the same process: same pid, nothing
+    lost, no duplicate read_committed, the run API equal to ``scorer eval``."""
+    broker_state = tmp_path / "broker"
+    broker = start_broker(broker_state, port=free_port())
+    cluster: Cluster | None = None
+    try:
+        settings = settings_for(
+            broker.bootstrap,
+            tmp_path,
+            partitions=4,
+            processing_guarantee=guarantee,
+            broker_session_timeout=SESSION_TIMEOUT,
+        )
+        ensure_topics(settings)
+        golden, results = golden_and_results("stall", queries=100, results=3_000, seed=12)
+        cluster = Cluster([Worker(settings, tmp_path)])
+        worker = cluster.workers[0]
+        worker.launch()
+        worker.wait_ready(120)
+        load_golden(settings, cluster.workers, golden)
+        cluster.supervise()
+        pid = worker.process.pid
+        feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
+        feeder.start()
+        time.sleep(8.0)
+        freeze_broker(broker_state, TRANSACTION_TIMEOUT + 15, cluster)
+        feeder.join_checked(300)
+        worker.wait_ready(180)
+        cluster.note("ready")
+        everything = {result.result_id for result in results}
+        records, tally = read_scored(settings, everything, 240, guarantee)
+        missing = everything - set(tally.copies)
+        made_by_workers = duplicates_made_by_worker(settings, everything, tally)
+        log = worker.log.read_text(errors="replace")
+        rebuilt = log.count("Rebuilding the app in-process")
+        print(
+            f"\n[stall {guarantee}] results {len(results)}, distinct {len(tally.copies)}, "
+            f"duplicates {tally.duplicates} (made by the worker {made_by_workers}, inputs "
+            f"resent {feeder.resent}), rebuilds {rebuilt}; " + "; ".join(cluster.events),
+            file=sys.stderr,
+        )
+        assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
+        if guarantee == "exactly_once":
+            assert made_by_workers == 0, duplicate_forensics(settings, records)
+        assert not cluster.exits, cluster.exits
+        assert worker.process.pid == pid and worker.process.poll() is None
+        if guarantee == "exactly_once":
+            assert rebuilt >= 1, "the fenced worker never rebuilt its app"
+        offline = offline_runs(tmp_path, golden, results)
+        wait_all_committed(settings, 120)
+        wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
+    finally:
+        if cluster is not None:
+            cluster.close()
+        stop_broker(broker_state)
