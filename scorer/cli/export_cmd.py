@@ -68,7 +68,7 @@ class Tally:
     """What an export read, wrote and skipped."""
 
     def __init__(self) -> None:
-        self.read = 0
+        self.records_read = 0
         self.written = 0
         self.other_runs = 0
         self.invalid = 0
@@ -145,7 +145,7 @@ async def export_results(
                 for record in records:
                     if record.offset >= ends[tp]:
                         break
-                    tally.read += 1
+                    tally.records_read += 1
                     if until_ms is not None and record.timestamp >= until_ms:
                         tally.after_until += 1
                         continue
@@ -214,7 +214,7 @@ def export_command(
             raise click.ClickException(f"cannot write {output}: {error.strerror}") from None
         where = output
     parts = [f"export: {tally.written:,} results to {where}"]
-    parts.append(f"from {tally.read:,} records of {settings.results_topic}")
+    parts.append(f"from {tally.records_read:,} records of {settings.results_topic}")
     skipped = []
     if tally.other_runs:
         skipped.append(f"{tally.other_runs:,} of other runs")
