@@ -7,12 +7,14 @@ import logging
 import pytest
 from aiokafka.errors import (
     IllegalOperation,
+    KafkaError,
     KafkaTimeoutError,
     NotLeaderForPartitionError,
     ProducerFenced,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
+    UnknownError,
     UnknownTopicOrPartitionError,
 )
 from prometheus_client import CollectorRegistry, generate_latest
@@ -42,6 +44,19 @@ from scorer.stream.faust_edge.recovery import Recovery, RecoveryCollector, is_re
 )
 def test_what_is_recovered(error: BaseException | None, exactly_once: bool, expected: bool) -> None:
     assert is_recoverable(error, exactly_once) is expected
+
+
+def test_any_broker_error_of_a_transaction_commit_is_recovered_under_exactly_once() -> None:
+    # After a broker stall past the transaction timeout, EndTxn answered an error code
+    # aiokafka does not know (UnknownError) and its sender routine died with a plain
+    # KafkaError: the transaction's outcome is unknown, a new producer settles it.
+    dead_sender = KafkaError("Unexpected error during batch delivery")
+    assert is_recoverable(dead_sender, True, committing=True)
+    assert is_recoverable(UnknownError(), True, committing=True)
+    assert not is_recoverable(dead_sender, True)  # elsewhere: not known to be the producer
+    assert not is_recoverable(dead_sender, False, committing=True)  # no transaction
+    assert not is_recoverable(TransactionalIdAuthorizationFailed(), True, committing=True)
+    assert not is_recoverable(ValueError("ours"), True, committing=True)
 
 
 def test_unknown_topic_is_retriable_in_aiokafka_so_it_is_recovered() -> None:

@@ -575,7 +575,7 @@ class GuardedConsumer(AIOKafkaConsumer):
                 if kwargs.get("start_new_transaction", True) is False:
                     committed = await self.gate.end_transactions() or committed
             except Exception as error:
-                if recovery.request(error, "commit"):
+                if recovery.request(error, "commit", committing=True):
                     return False
                 raise
             return committed and recovery.requested is None

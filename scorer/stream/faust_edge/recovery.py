@@ -43,6 +43,7 @@ from aiokafka.errors import (
     IllegalOperation,
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
+    KafkaError,
     KafkaTimeoutError,
     OutOfOrderSequenceNumber,
     ProducerFenced,
@@ -78,13 +79,20 @@ NOT_RECOVERED = (
 """aiokafka errors a rebuild would meet again, whatever their ``retriable`` flag says."""
 
 
-def is_recoverable(error: BaseException | None, exactly_once: bool) -> bool:
+def is_recoverable(
+    error: BaseException | None, exactly_once: bool, committing: bool = False
+) -> bool:
     """Whether ``error`` is one a fresh app in the same process gets past (see the
-    module docstring): a lost transaction under exactly_once; a producer's retriable
-    error or delivery timeout under either guarantee."""
+    module docstring): a lost transaction under exactly_once, or any broker error of
+    a transaction's commit (``committing``: its outcome is unknown, and aiokafka's
+    producer may be dead: after a broker stall past the transaction timeout its
+    EndTxn answered an error code aiokafka does not know and its sender stopped);
+    a producer's retriable error or delivery timeout under either guarantee."""
     if error is None or type(error).__name__ in NOT_RECOVERED:
         return False
     if exactly_once and isinstance(error, TRANSACTION_LOST):
+        return True
+    if exactly_once and committing and isinstance(error, KafkaError):
         return True
     return isinstance(error, KafkaTimeoutError) or bool(getattr(error, "retriable", False))
 
@@ -113,11 +121,12 @@ class Recovery:
         """``stop()`` asks the running worker to stop cleanly (set per worker)."""
         self._stop = stop
 
-    def request(self, error: BaseException, where: str) -> bool:
-        """At a recoverable ``error`` met ``where``: log it once, ask the worker to stop
-        and return True (the caller then drops what it was doing); else False and the
-        caller handles the error as before."""
-        if not is_recoverable(error, self.exactly_once):
+    def request(self, error: BaseException, where: str, committing: bool = False) -> bool:
+        """At a recoverable ``error`` met ``where`` (``committing``: in a transaction's
+        commit): log it once, ask the worker to stop and return True (the caller then
+        drops what it was doing); else False and the caller handles the error as
+        before."""
+        if not is_recoverable(error, self.exactly_once, committing):
             return False
         if self.requested is not None:
             return True

@@ -247,7 +247,10 @@ class Transactions:
             )
             errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
             for error in errors:
-                if not (isinstance(error, Exception) and recovery.request(error, "commit")):
+                recovered = isinstance(error, Exception) and recovery.request(
+                    error, "commit", committing=True
+                )
+                if not recovered:
                     raise error
 
         producer.commit_transactions = commit_transactions
