@@ -199,8 +199,8 @@ OPENAPI: dict[str, Any] = {
                                             },
                                             "metrics": {
                                                 "type": "object",
-                                                "description": "Means of nDCG@10, recall@k "
-                                                "and hit@k (the headline metrics).",
+                                                "description": "Means of nDCG@10, recall@k, "
+                                                "hit@k and judged@k (the headline metrics).",
                                             },
                                             "ci95": {
                                                 "type": "object",
@@ -214,6 +214,13 @@ OPENAPI: dict[str, Any] = {
                                                 "(SCORER_RUN_HISTORY_SECONDS), oldest first, "
                                                 "the newest SCORER_RUN_HISTORY_BUCKETS.",
                                                 "items": {"type": "array"},
+                                            },
+                                            "warnings": {
+                                                "type": "array",
+                                                "description": "What a reader of the run's "
+                                                "numbers should know, one sentence each (low "
+                                                "judged coverage: judged@k under 0.5).",
+                                                "items": {"type": "string"},
                                             },
                                         },
                                         "required": ["runId", "count", "updatedAt"],

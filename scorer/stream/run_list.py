@@ -62,10 +62,16 @@ HEADLINE = tuple(m.wire for m in measures.HEADLINE)
 """The metrics the run list shows per run (the landing view answers at a glance)."""
 
 
+JUDGED_WARN_BELOW = 0.5
+"""The run list warns when under half the filled top-k slots of a run hold a judged id."""
+JUDGED_WARN_MIN_COUNT = 20
+"""... once the run has this many results (fewer say little)."""
+
+
 def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
     """One run of the list from its state in the ``rollups`` table: its count, last
-    update, and the headline metrics' means with their 95% intervals (as the run's
-    ``/metrics`` document gives them)."""
+    update, the headline metrics' means with their 95% intervals (as the run's
+    ``/metrics`` document gives them), and what a reader should be warned of."""
     overall = MetricAggregate.from_state(state["rollup"]["overall"])
     means, intervals = overall.means(), overall.ci95()
     return {
@@ -75,7 +81,21 @@ def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": {name: means[name] for name in HEADLINE},
         "ci95": {name: intervals[name] for name in HEADLINE},
         "trend": trend_of(state),
+        "warnings": warnings_of(overall.count, means),
     }
+
+
+def warnings_of(count: int, means: Mapping[str, float]) -> list[str]:
+    """What the landing view warns of for a run with ``count`` results and these means:
+    a golden set that covers under half of what the run returns (its metrics then
+    read every unjudged id as irrelevant, and undercount)."""
+    judged = means.get("judgedAtK")
+    if count < JUDGED_WARN_MIN_COUNT or judged is None or judged >= JUDGED_WARN_BELOW:
+        return []
+    return [
+        f"low judged coverage: judged@k {judged:.2f}, the golden set misses most of what "
+        "this run returns, so its metrics undercount (stale qrels, or a new index)"
+    ]
 
 
 def _freshness(entry: Mapping[str, Any]) -> tuple[str, int]:

@@ -191,12 +191,18 @@ def test_the_run_list_shows_the_runs_the_api_lists_newest_first(page, workers):
             "ndcgAt10",
             "recallAtK",
             "hitAtK",
+            "judgedAtK",
         ]
         for cell in cells:
             name = cell.get_attribute("data-metric")
             assert float(cell.get_attribute("data-value")) == run["metrics"][name]
             low, high = run["ci95"][name]
             assert cell.text.endswith(f"[{low:.4f}, {high:.4f}]")
+        # Its warnings, as the API gives them.
+        warned = row.find_element(By.XPATH, "./following-sibling::td[@data-warnings]")
+        assert int(warned.get_attribute("data-warnings")) == len(run["warnings"])
+        shown_warnings = warned.find_elements(By.CLASS_NAME, "warning")
+        assert [w.get_attribute("title") for w in shown_warnings] == run["warnings"]
     assert "UTC" in page.find_element(By.ID, "status").text
     for run in listed:  # each run's trend line holds the API's buckets
         line = page.find_element(

@@ -39,7 +39,7 @@ def test_a_run_entry_carries_the_headline_metrics_with_the_runs_own_intervals():
     state["rollup"] = rollup.to_state()
     listed = run_entry("r", state)
     document = run_document("r", state, 100)
-    assert set(listed["metrics"]) == {"ndcgAt10", "recallAtK", "hitAtK"}
+    assert set(listed["metrics"]) == {"ndcgAt10", "recallAtK", "hitAtK", "judgedAtK"}
     for name in listed["metrics"]:
         assert listed["metrics"][name] == document["metrics"][name]
         assert listed["ci95"][name] == document["ci95"][name]
@@ -103,3 +103,27 @@ def test_the_other_owners_are_every_assigned_host_but_this_one():
     assert other_hosts(hosts, "http://127.0.0.1:6066") == hosts[1:]
     assert other_hosts(["http://127.0.0.1:6066/"], "http://127.0.0.1:6066") == []
     assert other_hosts([], "http://127.0.0.1:6066") == []
+
+
+def test_the_list_warns_of_a_run_the_golden_set_covers_under_half_of() -> None:
+    from scorer.stream.run_list import JUDGED_WARN_BELOW, JUDGED_WARN_MIN_COUNT, warnings_of
+
+    low = {"ndcgAt10": 0.3, "judgedAtK": 0.42}
+    (warning,) = warnings_of(JUDGED_WARN_MIN_COUNT, low)
+    assert warning.startswith("low judged coverage: judged@k 0.42, ")
+    assert warnings_of(JUDGED_WARN_MIN_COUNT - 1, low) == []  # too few results to say
+    assert warnings_of(100, {"judgedAtK": JUDGED_WARN_BELOW}) == []
+    assert warnings_of(100, {"ndcgAt10": 0.3}) == []  # a state from before judged@k
+
+
+def test_a_run_entry_carries_its_warnings() -> None:
+    from scorer.rollup import RunRollup
+
+    rollup = RunRollup()
+    for _ in range(30):  # judged@k (slot 5) 0.2 in every result
+        rollup.add([0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 0.0], {})
+    state = new_run_state()
+    state["rollup"] = rollup.to_state()
+    listed = run_entry("r", state)
+    assert listed["metrics"]["judgedAtK"] == pytest.approx(0.2)
+    assert len(listed["warnings"]) == 1 and "judged@k 0.20" in listed["warnings"][0]

@@ -372,6 +372,10 @@
           live && runs.some((r) => r.trend) ? { key: "trend", label: "nDCG@10 trend", value: (r) =>
             (r.trend && r.trend.length ? r.trend[r.trend.length - 1][1] : null),
           cell: (r) => h("td", {}, sparkline(r.runId, r.trend || [])) } : null,
+          runs.some((r) => r.warnings) ? { key: "warnings", label: "warnings", number: true,
+            value: (r) => (r.warnings || []).length,
+            cell: (r) => h("td", { class: "warnings", "data-warnings": (r.warnings || []).length },
+              (r.warnings || []).map((text) => h("span", { class: "warning", title: text }, "⚠ " + text))) } : null,
           live ? { key: "updatedAt", label: "last update", value: (r) => r.updatedAt || "",
             cell: (r) => h("td", { "data-value": r.updatedAt }, when(r.updatedAt)) } : null,
         ].filter(Boolean),
