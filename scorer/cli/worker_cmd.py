@@ -108,18 +108,12 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
     from scorer.stream.faust_edge import Recovery
 
     recovery = Recovery()
-    first = True
+    scorer = create_app(settings, recovery)
+    created = create_missing_topics(settings, internal_topics(scorer))
+    if created:
+        print(f"scorer worker: created its internal topics {', '.join(created)}", flush=True)
+    asyncio.set_event_loop(asyncio.new_event_loop())
     while True:
-        scorer = create_app(settings, recovery)
-        if first:
-            created = create_missing_topics(settings, internal_topics(scorer))
-            if created:
-                print(
-                    f"scorer worker: created its internal topics {', '.join(sorted(created))}",
-                    flush=True,
-                )
-            asyncio.set_event_loop(asyncio.new_event_loop())
-            first = False
         worker = make_worker(scorer.app, loglevel, settings, scorer.readiness, recovery)
         started = time.monotonic()
         try:
@@ -127,8 +121,7 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
         except SystemExit:
             if worker.signalled or not recovery.should_rebuild(worker.crash_reason):
                 raise
-        if scorer.parts.edge.stop is not None:
-            scorer.parts.edge.stop.stopped()  # its deadline must not end the next app
+        scorer.parts.edge.stop.stopped()  # its deadline must not end the next app
         why = recovery.requested or f"crash: {worker.crash_reason!r}"
         logger.info(
             "Rebuilding the app in-process (recovery %d, after %.0f s): %s",
@@ -138,6 +131,7 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
         )
         recovery.reset()
         asyncio.set_event_loop(asyncio.new_event_loop())
+        scorer = create_app(settings, recovery)
 
 
 def ready_lines(settings: Settings) -> list[str]:

@@ -143,13 +143,7 @@ async def ensure_topics_async(settings: Settings) -> list[TopicState]:
         missing = [topic for topic in wanted if topic.name not in existing]
         created: set[str] = set()
         if missing:
-            response = await admin.create_topics(missing)
-            for error in response.to_object()["topic_errors"]:
-                code = error["error_code"]
-                if code == 0:
-                    created.add(error["topic"])
-                elif code != TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
-                    raise for_code(code)(f"creating {error['topic']}: {error['error_message']}")
+            created = await _create(admin, missing)
             existing = await _wait_for_metadata(admin, [topic.name for topic in wanted])
         configs = await _cleanup_policies(admin, [topic.name for topic in wanted])
     finally:
@@ -188,18 +182,26 @@ async def _create_missing(settings: Settings, wanted: list[NewTopic]) -> list[st
         names = [topic.name for topic in wanted]
         existing = await _partition_counts(admin, names)
         missing = [topic for topic in wanted if topic.name not in existing]
-        created: list[str] = []
+        created: set[str] = set()
         if missing:
-            response = await admin.create_topics(missing)
-            for error in response.to_object()["topic_errors"]:
-                code = error["error_code"]
-                if code == 0:
-                    created.append(error["topic"])
-                elif code != TOPIC_ALREADY_EXISTS:
-                    raise for_code(code)(f"creating {error['topic']}: {error['error_message']}")
+            created = await _create(admin, missing)
             await _wait_for_metadata(admin, names)
     finally:
         await admin.close()
+    return sorted(created)
+
+
+async def _create(admin: AIOKafkaAdminClient, missing: list[NewTopic]) -> set[str]:
+    """Create ``missing``; the names created. A topic another creator made first (a lost
+    race) is fine; any other error propagates."""
+    created: set[str] = set()
+    response = await admin.create_topics(missing)
+    for error in response.to_object()["topic_errors"]:
+        code = error["error_code"]
+        if code == 0:
+            created.add(error["topic"])
+        elif code != TOPIC_ALREADY_EXISTS:
+            raise for_code(code)(f"creating {error['topic']}: {error['error_message']}")
     return created
 
 
@@ -281,12 +283,7 @@ async def missing_topics(options: Mapping[str, object], names: list[str]) -> lis
     ``options`` are aiokafka client keyword arguments (``Settings.aiokafka_options()``).
     Broker errors propagate as aiokafka's ``KafkaError``.
     """
-    admin = AIOKafkaAdminClient(**options)
-    await admin.start()
-    try:
-        existing = await _partition_counts(admin, names)
-    finally:
-        await admin.close()
+    existing = await partition_counts(options, names)
     return [name for name in names if name not in existing]
 
 

@@ -384,31 +384,52 @@ def test_a_worker_frozen_past_its_session_timeout_is_fenced_and_rejoins(
             "the thawed worker owns partitions again",
         )
         feeder.join_checked(120)
-        everything = {result.result_id for result in results}
-        records, tally = read_scored(settings, everything, 180, guarantee)
-        missing = everything - set(tally.copies)
-        made_by_workers = duplicates_made_by_worker(settings, everything, tally)
-        print(
-            f"\n[zombie {guarantee}] results {len(results)}, distinct {len(tally.copies)}, "
-            f"duplicates {tally.duplicates} (made by the workers {made_by_workers}); "
-            + "; ".join(cluster.events),
-            file=sys.stderr,
+        assert_exact_in_the_same_process(
+            tmp_path, settings, cluster, zombie, pid, golden, results, guarantee, "zombie", 180
         )
-        assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
-        if guarantee == "exactly_once":
-            assert made_by_workers == 0, duplicate_forensics(settings, records)
-        assert not cluster.exits, cluster.exits
-        assert zombie.process.pid == pid and zombie.process.poll() is None
         if guarantee == "exactly_once":
             # The zombie was fenced and rebuilt its app in-process, and says so.
             log = zombie.log.read_text(errors="replace")
             assert "Recovering in-process from" in log, "the zombie was never fenced"
             assert zombie.metric("scorer_worker_recoveries_total") >= 1
-        offline = offline_runs(tmp_path, golden, results)
-        wait_all_committed(settings, 120)
-        wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
     finally:
         cluster.close()
+
+
+def assert_exact_in_the_same_process(
+    tmp_path: Path,
+    settings,
+    cluster: Cluster,
+    worker: Worker,
+    pid: int,
+    golden: list,
+    results: list,
+    guarantee: str,
+    tag: str,
+    read_timeout: float,
+) -> None:
+    """Every result scored (under exactly_once none twice by the workers, read_committed),
+    no worker exited, ``worker`` still the process ``pid``, and the run API equal to
+    ``scorer eval`` on the same events; what was read is printed under ``tag``."""
+    everything = {result.result_id for result in results}
+    records, tally = read_scored(settings, everything, read_timeout, guarantee)
+    missing = everything - set(tally.copies)
+    made_by_workers = duplicates_made_by_worker(settings, everything, tally)
+    rebuilt = worker.log.read_text(errors="replace").count("Rebuilding the app in-process")
+    print(
+        f"\n[{tag} {guarantee}] results {len(results)}, distinct {len(tally.copies)}, "
+        f"duplicates {tally.duplicates} (made by the workers {made_by_workers}), rebuilds "
+        f"{rebuilt}; " + "; ".join(cluster.events),
+        file=sys.stderr,
+    )
+    assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
+    if guarantee == "exactly_once":
+        assert made_by_workers == 0, duplicate_forensics(settings, records)
+    assert not cluster.exits, cluster.exits
+    assert worker.process.pid == pid and worker.process.poll() is None
+    offline = offline_runs(tmp_path, golden, results)
+    wait_all_committed(settings, 120)
+    wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
 
 
 TRANSACTION_TIMEOUT = 60.0
@@ -451,28 +472,12 @@ def test_a_broker_frozen_past_the_transaction_timeout_is_ridden_out_in_process(
         feeder.join_checked(300)
         worker.wait_ready(180)
         cluster.note("ready")
-        everything = {result.result_id for result in results}
-        records, tally = read_scored(settings, everything, 240, guarantee)
-        missing = everything - set(tally.copies)
-        made_by_workers = duplicates_made_by_worker(settings, everything, tally)
-        log = worker.log.read_text(errors="replace")
-        rebuilt = log.count("Rebuilding the app in-process")
-        print(
-            f"\n[stall {guarantee}] results {len(results)}, distinct {len(tally.copies)}, "
-            f"duplicates {tally.duplicates} (made by the worker {made_by_workers}, inputs "
-            f"resent {feeder.resent}), rebuilds {rebuilt}; " + "; ".join(cluster.events),
-            file=sys.stderr,
+        assert_exact_in_the_same_process(
+            tmp_path, settings, cluster, worker, pid, golden, results, guarantee, "stall", 240
         )
-        assert not missing, f"{len(missing)} never scored: {missing_ranges(settings, missing)}"
         if guarantee == "exactly_once":
-            assert made_by_workers == 0, duplicate_forensics(settings, records)
-        assert not cluster.exits, cluster.exits
-        assert worker.process.pid == pid and worker.process.poll() is None
-        if guarantee == "exactly_once":
+            rebuilt = worker.log.read_text(errors="replace").count("Rebuilding the app in-process")
             assert rebuilt >= 1, "the fenced worker never rebuilt its app"
-        offline = offline_runs(tmp_path, golden, results)
-        wait_all_committed(settings, 120)
-        wait_for(lambda: not verify_runs(cluster, offline), 120, "run API equal to scorer eval")
     finally:
         if cluster is not None:
             cluster.close()

@@ -44,7 +44,7 @@ class Edge:
         app: Any,
         consumer_class: type[GuardedConsumer],
         recovery: Recovery,
-        stop: GracefulStop | None = None,
+        stop: GracefulStop,
     ) -> None:
         self.app = app
         self.stop = stop
