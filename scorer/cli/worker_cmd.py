@@ -130,8 +130,35 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
             why,
         )
         recovery.reset()
+        released = release_listeners(settings.web_port)
+        if released:
+            logger.info("Closed %d listening socket(s) the stopped app left open", released)
         asyncio.set_event_loop(asyncio.new_event_loop())
         scorer = create_app(settings, recovery)
+
+
+def release_listeners(port: int) -> int:
+    """Close the listening TCP sockets of this process on ``port`` and return how many.
+
+    A stopped app leaves its web server's socket open when its stop did not get to
+    the web server (a crash during the stop: mode then closes the event loop with the
+    server still bound), and the next app's web server could not bind its port."""
+    import gc
+
+    closed = 0
+    for thing in gc.get_objects():
+        if not isinstance(thing, socket.socket) or thing.fileno() < 0:
+            continue
+        try:
+            if thing.type != socket.SOCK_STREAM or thing.getsockname()[1] != port:
+                continue
+            if not thing.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                continue
+        except (OSError, IndexError, TypeError):
+            continue
+        thing.close()
+        closed += 1
+    return closed
 
 
 def ready_lines(settings: Settings) -> list[str]:

@@ -98,7 +98,10 @@ class Cluster:
                 process = worker.process
                 if index in self.stopping or process is None or process.poll() is None:
                     continue
-                self.exits.append(f"worker {index} exited {process.returncode} by itself")
+                self.exits.append(
+                    f"worker {index} exited {process.returncode} by itself "
+                    f"(its last errors: {last_errors(worker)})"
+                )
                 self.note(f"worker {index} exited {process.returncode}; restarted")
                 worker.launch()
 
@@ -243,6 +246,13 @@ def duplicate_forensics(settings, records: list) -> str:
             f"first copies {rows[0][1]}, last {rows[-1][1]}"
         )
     return "; ".join(lines)
+
+
+def last_errors(worker: Worker, count: int = 3) -> str:
+    """The last ``count`` ERROR lines of ``worker``'s log, for a failure message."""
+    lines = worker.log.read_text(errors="replace").splitlines()
+    errors = [line.strip()[:300] for line in lines if "] [ERROR] " in line]
+    return " | ".join(errors[-count:]) or "none"
 
 
 def ledger_violations(worker: Worker) -> list[str]:

@@ -163,3 +163,55 @@ def test_a_stop_past_its_deadline_exits_1_with_one_error_line() -> None:
     assert time.monotonic() - started_at < 10
     errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and "SCORER_STOP_TIMEOUT_SECONDS" in errors[0], done.stderr
+
+
+def test_a_buffered_write_into_an_ended_transaction_asks_for_a_rebuild_instead_of_crashing() -> (
+    None
+):
+    from aiokafka.errors import IllegalOperation, MessageSizeTooLargeError
+
+    from scorer.stream.faust_edge.recovery import Recovery
+
+    app = App()
+    recovery = Recovery()
+    recovery.exactly_once = True
+    stops: list[str] = []
+    recovery.stop_with(lambda: stops.append("stop"))
+    install_graceful_stop(app, 60.0, recovery)
+    buffer = app.producer.buffer
+
+    async def failing(error: BaseException) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(error)
+        await buffer._send_pending(future)
+
+    async def scenario() -> None:
+        await failing(IllegalOperation("Can't send messages while not in transaction"))
+        assert stops == ["stop"]
+        assert recovery.requested is not None
+        assert recovery.requested.startswith("buffered write: IllegalOperation")
+        # Once a rebuild is asked for, the buffer's writes are dropped, not made.
+        await failing(RuntimeError("never awaited"))
+        assert stops == ["stop"]
+
+    asyncio.run(scenario())
+
+    # An error a rebuild would meet again still crashes the buffer, as in Faust.
+    app = App()
+    recovery = Recovery()
+    recovery.exactly_once = True
+    install_graceful_stop(app, 60.0, recovery)
+    buffer = app.producer.buffer
+
+    async def too_large() -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(MessageSizeTooLargeError())
+        await buffer._send_pending(future)
+
+    try:
+        asyncio.run(too_large())
+    except MessageSizeTooLargeError:
+        pass
+    else:
+        raise AssertionError("a record too large was swallowed")
+    assert recovery.requested is None

@@ -34,3 +34,30 @@ def test_faust_alone_would_turn_debug_on(tmp_path) -> None:
     root.addHandler(logging.StreamHandler())
     worker.on_setup_root_logger(root, logging.WARNING)
     assert root.level == logging.DEBUG
+
+
+def test_release_listeners_closes_only_the_listening_sockets_of_its_port() -> None:
+    import socket
+
+    from scorer.cli.worker_cmd import release_listeners
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    bound_only = socket.socket()
+    bound_only.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        assert release_listeners(port) == 1
+        assert listener.fileno() == -1
+        assert other.fileno() >= 0
+        again = socket.socket()
+        again.bind(("127.0.0.1", port))  # the port is free for the next app's server
+        again.close()
+        assert release_listeners(port) == 0
+    finally:
+        for sock in (listener, other, bound_only):
+            sock.close()

@@ -131,7 +131,7 @@ def install(
     (``faust_edge.recovery``)."""
     recovery = recovery or Recovery()
     setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
-    stop = install_graceful_stop(app, stop_timeout_seconds)
+    stop = install_graceful_stop(app, stop_timeout_seconds, recovery)
     ledger = InputLedger()
     undecodable: dict[Any, str] = {}
     thread = type(

@@ -56,9 +56,13 @@ DRAIN_POLL_SECONDS = 0.005
 class GracefulStop:
     """The stop barrier and the stop deadline of one Faust app."""
 
-    def __init__(self, app: Any, timeout: float) -> None:
+    def __init__(self, app: Any, timeout: float, recovery: Any = None) -> None:
         self.app = app
         self.timeout = timeout
+        self.recovery = recovery
+        """The app's ``faust_edge.Recovery``: a buffered write that fails on a
+        recoverable producer error asks it for a rebuild instead of crashing the
+        producer buffer (None: errors crash it, as in Faust)."""
         self.committed = False
         """The stop's commit has run: no transactional send is made any more."""
         self.refused = 0
@@ -97,9 +101,17 @@ class GracefulStop:
         send_pending = buffer._send_pending
 
         async def counted_send_pending(fut: Any) -> None:
+            recovery = self.recovery
+            if recovery is not None and recovery.requested is not None:
+                return  # the app is being rebuilt: the next one writes it again
             self._in_flight += 1
             try:
                 await send_pending(fut)
+            except Exception as error:
+                # A crashed buffer would crash the app (exit 1) while it stops to be
+                # rebuilt: a write into a fenced or ended transaction is one of these.
+                if recovery is None or not recovery.request(error, "buffered write"):
+                    raise
             finally:
                 self._in_flight -= 1
 
@@ -239,8 +251,9 @@ class GracefulStop:
         os._exit(1)
 
 
-def install_graceful_stop(app: Any, timeout: float) -> GracefulStop:
-    """Install the stop barrier and deadline on ``app`` (a Faust app, not started)."""
-    stop = GracefulStop(app, timeout)
+def install_graceful_stop(app: Any, timeout: float, recovery: Any = None) -> GracefulStop:
+    """Install the stop barrier and deadline on ``app`` (a Faust app, not started);
+    ``recovery``: see :attr:`GracefulStop.recovery`."""
+    stop = GracefulStop(app, timeout, recovery)
     stop.install()
     return stop
