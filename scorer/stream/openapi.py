@@ -215,11 +215,18 @@ OPENAPI: dict[str, Any] = {
                                                 "the newest SCORER_RUN_HISTORY_BUCKETS.",
                                                 "items": {"type": "array"},
                                             },
+                                            "changedQrels": {
+                                                "type": "integer",
+                                                "description": "Results of the run scored "
+                                                "against qrels of their query that have since "
+                                                "changed (see the run document).",
+                                            },
                                             "warnings": {
                                                 "type": "array",
                                                 "description": "What a reader of the run's "
-                                                "numbers should know, one sentence each (low "
-                                                "judged coverage: judged@k under 0.5).",
+                                                "numbers should know, one sentence each (mixed "
+                                                "golden sets: changedQrels above 0; low judged "
+                                                "coverage: judged@k under 0.5).",
                                                 "items": {"type": "string"},
                                             },
                                         },
@@ -287,6 +294,17 @@ OPENAPI: dict[str, Any] = {
                                         "limit": {"type": "integer"},
                                     },
                                 },
+                                "changedQrels": {
+                                    "type": "integer",
+                                    "description": "Results of this run scored against qrels "
+                                    "that have since changed: each scored result carries its "
+                                    "qrels' fingerprint (qrelsFingerprint), and when a later "
+                                    "result of the same query was scored against another one, "
+                                    "the earlier results count here. Above 0 the run mixes two "
+                                    "golden sets, so its means are no trend. Counted for the "
+                                    "tracked queries (pairedQueries), once the run sees a "
+                                    "result of the query after its qrels changed.",
+                                },
                             },
                         },
                         "The run's rollup.",
@@ -300,6 +318,7 @@ OPENAPI: dict[str, Any] = {
                             "facets": {"type": {"factoid": {"count": 2}}},
                             "updatedAt": "2026-11-30T12:00:00+00:00",
                             "pairedQueries": {"tracked": 2, "limit": 10000},
+                            "changedQrels": 0,
                         },
                     ),
                     "400": _ERROR,

@@ -50,6 +50,7 @@ def scored_output(
             list(scored.values),
             scored.facets,
             confidence,
+            entry["fingerprint"],
         ),
         started,
     )

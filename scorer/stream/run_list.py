@@ -81,21 +81,30 @@ def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": {name: means[name] for name in HEADLINE},
         "ci95": {name: intervals[name] for name in HEADLINE},
         "trend": trend_of(state),
-        "warnings": warnings_of(overall.count, means),
+        "changedQrels": state.get("changedQrels", 0),
+        "warnings": warnings_of(overall.count, means, state.get("changedQrels", 0)),
     }
 
 
-def warnings_of(count: int, means: Mapping[str, float]) -> list[str]:
+def warnings_of(count: int, means: Mapping[str, float], changed_qrels: int = 0) -> list[str]:
     """What the landing view warns of for a run with ``count`` results and these means:
-    a golden set that covers under half of what the run returns (its metrics then
-    read every unjudged id as irrelevant, and undercount)."""
+    results scored against qrels that have since changed (the run mixes two golden
+    sets, so its means are no trend), and a golden set that covers under half of what
+    the run returns (its metrics then read every unjudged id as irrelevant, and
+    undercount)."""
+    warnings = []
+    if changed_qrels:
+        warnings.append(
+            f"mixed golden sets: {changed_qrels} of {count} results were scored against "
+            "qrels that have since changed"
+        )
     judged = means.get("judgedAtK")
-    if count < JUDGED_WARN_MIN_COUNT or judged is None or judged >= JUDGED_WARN_BELOW:
-        return []
-    return [
-        f"low judged coverage: judged@k {judged:.2f}, the golden set misses most of what "
-        "this run returns, so its metrics undercount (stale qrels, or a new index)"
-    ]
+    if count >= JUDGED_WARN_MIN_COUNT and judged is not None and judged < JUDGED_WARN_BELOW:
+        warnings.append(
+            f"low judged coverage: judged@k {judged:.2f}, the golden set misses most of what "
+            "this run returns, so its metrics undercount (stale qrels, or a new index)"
+        )
+    return warnings
 
 
 def _freshness(entry: Mapping[str, Any]) -> tuple[str, int]:

@@ -69,6 +69,8 @@ class Contribution:
     facets: dict[str, str]
     confidence: float | None = None
     """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
+    fingerprint: str | None = None
+    """The fingerprint of the qrels it was scored against (``events.qrels_fingerprint``)."""
 
     def to_wire(self) -> list[Any]:
         """The contribution's row on the rollup topic (what :func:`contribution_row` makes)."""
@@ -76,15 +78,18 @@ class Contribution:
         return contribution_row(
             p.topic, p.partition, p.offset, p.seq,
             self.result_id, self.query_id, self.values, self.facets, self.confidence,
+            self.fingerprint,
         )  # fmt: skip
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> Contribution:
-        """Nine items; eight (written before the confidence was) decode with None."""
+        """Ten items; nine (written before the fingerprint was) decode without it, eight
+        (before the confidence) without either."""
         topic, partition, offset, seq, result_id, query_id, values, facets, *rest = item
         confidence = rest[0] if rest else None
+        fingerprint = rest[1] if len(rest) > 1 else None
         return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
-                   values, facets, confidence)  # fmt: skip
+                   values, facets, confidence, fingerprint)  # fmt: skip
 
 
 def contribution_row(
@@ -97,11 +102,15 @@ def contribution_row(
     values: list[float],
     facets: dict[str, str],
     confidence: float | None,
+    fingerprint: str | None = None,
 ) -> list[Any]:
-    """One contribution as the rollup topic carries it (a JSON array of nine): the
-    batch path builds and folds these rows directly, without a :class:`Contribution`
-    per result."""
-    return [topic, partition, offset, seq, result_id, query_id, values, facets, confidence]
+    """One contribution as the rollup topic carries it (a JSON array of ten, nine
+    without a qrels fingerprint): the batch path builds and folds these rows
+    directly, without a :class:`Contribution` per result."""
+    row = [topic, partition, offset, seq, result_id, query_id, values, facets, confidence]
+    if fingerprint is not None:
+        row.append(fingerprint)
+    return row
 
 
 def decode_contributions(raw: bytes) -> list[Contribution]:
@@ -185,6 +194,7 @@ def new_run_state() -> dict[str, Any]:
         "updatedAt": None,
         "queries": 0,
         "history": [],
+        "changedQrels": 0,
     }
 
 
@@ -268,7 +278,12 @@ class RunBatch:
         if tracked is not None or state["queries"] < self.max_queries:
             if tracked is None:
                 state["queries"] += 1
-            self.queries[key] = fold_query(tracked, values, self.now)
+            entry = fold_query(tracked, values, self.now)
+            if len(rest) > 1:
+                changed = track_golden_set(entry, rest[1])
+                if changed:
+                    state["changedQrels"] = state.get("changedQrels", 0) + changed
+            self.queries[key] = entry
         self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
         trend = self._trend.get(run_key)
         if trend is None:
@@ -469,6 +484,29 @@ _QUERY_ENTRY = 2 + 2 * _N
 """Items of a per-query entry: count, a sum per measure, enteredAt, a first value per measure."""
 _FIVE_SUMS_ONLY = 6
 """The layout from before first answers were kept (and before any measure was added)."""
+_WITH_GOLDEN = _QUERY_ENTRY + 2
+"""A per-query entry with its golden set: ``[..., qrels fingerprint as a number, results
+scored against it]`` (:func:`track_golden_set`)."""
+_FINGERPRINT_DIGITS = 13
+"""Hex digits of a qrels fingerprint kept in an entry: 52 bits, exact in a float."""
+
+
+def track_golden_set(entry: list[float], fingerprint: str) -> int:
+    """Count one more result of the query of ``entry`` (a folded per-query entry, changed
+    in place) as scored against the qrels ``fingerprint``; returns how many results of
+    the query were scored against qrels that have now changed (those of the previous
+    fingerprint, when this one differs), else 0."""
+    mark = float(int(fingerprint[:_FINGERPRINT_DIGITS], 16))
+    if len(entry) != _WITH_GOLDEN:
+        del entry[_QUERY_ENTRY:]
+        entry += [mark, 1.0]
+        return 0
+    if entry[-2] == mark:
+        entry[-1] += 1.0
+        return 0
+    changed = int(entry[-1])
+    entry[-2], entry[-1] = mark, 1.0
+    return changed
 
 
 def _current_query_entry(entry: Sequence[float]) -> list[float]:
@@ -476,6 +514,8 @@ def _current_query_entry(entry: Sequence[float]) -> list[float]:
     was kept (count and sums only) takes its mean as the first answer, entered at 0;
     one written before a measure existed (fewer sums) has NaN for it, so that the
     paired comparisons leave the query out of that measure alone."""
+    if len(entry) == _WITH_GOLDEN:
+        return list(entry)
     count = entry[0]
     if len(entry) == _FIVE_SUMS_ONLY:
         sums = list(entry[1:])
@@ -493,14 +533,18 @@ def fold_query(entry, values, now=0.0):
     "Per-query state with one more result (see the module-level docstring)."
     if entry is None:
         return [1.0, *values, now, *values]
-    if len(entry) != QUERY_ENTRY:
+    if len(entry) != QUERY_ENTRY and len(entry) != WITH_GOLDEN:
         entry = current_query_entry(entry)
     count, {sums} = entry[:{width}]
     {values}, = values
     return [count + 1.0, {folded}, *entry[{width}:]]
 """.format(sums=each("s$"), width=1 + _N, values=each("v$"), folded=each("s$ + v$")),
     "fold_query",
-    {"QUERY_ENTRY": _QUERY_ENTRY, "current_query_entry": _current_query_entry},
+    {
+        "QUERY_ENTRY": _QUERY_ENTRY,
+        "WITH_GOLDEN": _WITH_GOLDEN,
+        "current_query_entry": _current_query_entry,
+    },
 )
 fold_query.__doc__ = """Per-query state with one more result: ``[count, sum of each measure...,
 enteredAt, first value of each measure...]``: the sums give the query's mean (the
@@ -511,7 +555,7 @@ registry (``scorer.measures.unrolled``): a loop here was a quarter of a fold's t
 
 
 def query_means(entry: list[float]) -> list[float]:
-    if len(entry) != _QUERY_ENTRY:
+    if len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN:
         entry = _current_query_entry(entry)
     count = entry[0]
     return [total / count for total in entry[1 : 1 + _N]]
@@ -519,9 +563,9 @@ def query_means(entry: list[float]) -> list[float]:
 
 def query_first(entry: list[float]) -> list[float]:
     """``[enteredAt, first value of each measure...]`` of a per-query entry."""
-    if len(entry) != _QUERY_ENTRY:
+    if len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN:
         entry = _current_query_entry(entry)
-    return list(entry[1 + _N :])
+    return list(entry[1 + _N : _QUERY_ENTRY])
 
 
 def values_of_row(values: Sequence[float]) -> list[float]:
@@ -536,6 +580,7 @@ def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dic
     document = {"runId": run_id, **RunRollup.from_state(state["rollup"]).summary()}
     document["updatedAt"] = state["updatedAt"]
     document["pairedQueries"] = {"tracked": state["queries"], "limit": max_queries}
+    document["changedQrels"] = state.get("changedQrels", 0)
     return document
 
 

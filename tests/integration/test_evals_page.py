@@ -33,7 +33,7 @@ from scorer.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
 from scorer.metrics import METRIC_NAMES
 from scorer.settings import Settings
-from tests.integration.test_rollups import replay
+from tests.integration.test_rollups import mix_golden_sets, replay
 from tests.integration.test_worker import wait_for, write_jsonl
 from tests.support.kafka import settings_for
 from tests.support.worker import Worker
@@ -374,3 +374,18 @@ def test_the_offline_report_of_scorer_eval_renders_without_a_worker(browser, tmp
     )
     errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_a_run_that_mixes_golden_sets_is_flagged_in_the_list_and_its_view(page, workers, settings):
+    """Run last: it adds a run to the list."""
+    changed = mix_golden_sets(settings, workers, "drift-page")
+    page.refresh()
+    wait(page, '#runs [data-run="drift-page"]')
+    row = page.find_element(By.XPATH, '//*[@data-run="drift-page"]/ancestor::tr')
+    cell = row.find_element(By.CSS_SELECTOR, "td.warnings")
+    assert cell.get_attribute("data-warnings") == "1"
+    assert f"mixed golden sets: {changed} of 16 results" in cell.text
+    page.find_element(By.LINK_TEXT, "drift-page").send_keys(Keys.ENTER)
+    shown_warning = wait(page, "#changed-qrels")
+    assert f"Mixed golden sets: {changed} of 16 results" in shown_warning.text
+    screenshot(page, "evals-mixed-golden-sets.png")

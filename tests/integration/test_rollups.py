@@ -398,3 +398,63 @@ def test_live_comparisons_keep_aa_pairs_undecided_and_find_real_gains(
     assert all(ever[pair] for pair in GAIN_PAIRS)
     # The fixed-horizon interval, read the same way, is never the safer of the two.
     assert sum(fixed_ever[pair] for pair in AA_PAIRS) >= len(called)
+
+
+def mix_golden_sets(settings: Settings, workers: list[Worker], run: str) -> int:
+    """Results of ``run`` over four new queries, scored against their qrels; then the
+    qrels of two of them republished with other grades, and one more result of each
+    query. Returns how many results were scored against qrels that have since changed
+    (the earlier three of each of the two)."""
+    from schemas import GoldenQuery
+
+    folder = settings.state_dir
+    queries = [f"{run}-q{n}" for n in range(4)]
+    first = [GoldenQuery(query_id=q, qrels={f"{q}-d1": 3, f"{q}-d2": 1}) for q in queries]
+
+    def result(n: int, query: str) -> RetrievalResult:
+        return RetrievalResult(
+            result_id=f"{run}-r{n}", run_id=run, query_id=query,
+            ranked=[f"{query}-d2", f"{query}-d1", f"{query}-x"],
+        )  # fmt: skip
+
+    def stored() -> float:
+        return sum(w.metric("scorer_qrels_total", {"outcome": "stored"}) for w in workers)
+
+    before = stored()
+    replay(settings, "--golden", write_jsonl(folder / f"{run}-golden.jsonl", first))
+    wait_for(lambda: stored() >= before + len(first), 60, "first qrels stored")
+    sent = [result(n, queries[n % 4]) for n in range(12)]  # three per query
+    replay(settings, "--results", write_jsonl(folder / f"{run}-results-1.jsonl", sent))
+    wait_for(lambda: run_count(workers[0], run) == 12, 60, "first results")
+    assert api(workers[0], f"/api/v1/evals/runs/{run}/metrics")[1]["changedQrels"] == 0
+
+    # Two queries' golden sets change (d2 becomes the best document).
+    changed = [GoldenQuery(query_id=q, qrels={f"{q}-d1": 1, f"{q}-d2": 3}) for q in queries[:2]]
+    before = stored()
+    replay(settings, "--golden", write_jsonl(folder / f"{run}-golden-2.jsonl", changed))
+    wait_for(lambda: stored() >= before + len(changed), 60, "changed qrels stored")
+    later = [result(100 + n, queries[n]) for n in range(4)]  # one more per query
+    replay(settings, "--results", write_jsonl(folder / f"{run}-results-2.jsonl", later))
+    wait_for(lambda: run_count(workers[0], run) == 16, 60, "later results")
+    wait_all_committed(settings)
+    return 6
+
+
+def test_a_run_scored_against_changed_qrels_says_how_many_results_mixed_golden_sets(
+    settings, workers, traffic
+):
+    """The run API and the run list count the results scored against a golden set that
+    has since changed, and the list warns; runs whose qrels never changed count 0."""
+    changed = mix_golden_sets(settings, workers, "drift")
+    for worker in workers:
+        document = api(worker, "/api/v1/evals/runs/drift/metrics")[1]
+        assert document["changedQrels"] == changed
+        listed = {
+            run["runId"]: run for run in api(worker, "/api/v1/evals/runs?limit=100")[1]["runs"]
+        }
+        assert listed["drift"]["changedQrels"] == changed
+        assert listed["drift"]["warnings"][0].startswith(
+            f"mixed golden sets: {changed} of 16 results"
+        )
+        for run in RUNS:  # the other runs' qrels never changed
+            assert listed[run]["changedQrels"] == 0

@@ -127,3 +127,28 @@ def test_a_run_entry_carries_its_warnings() -> None:
     listed = run_entry("r", state)
     assert listed["metrics"]["judgedAtK"] == pytest.approx(0.2)
     assert len(listed["warnings"]) == 1 and "judged@k 0.20" in listed["warnings"][0]
+
+
+def test_the_list_warns_of_a_run_that_mixes_golden_sets() -> None:
+    from scorer.rollup import RunRollup
+    from scorer.stream.run_list import warnings_of
+
+    (warning,) = warnings_of(40, {"judgedAtK": 0.9}, changed_qrels=12)
+    assert warning == (
+        "mixed golden sets: 12 of 40 results were scored against qrels that have since changed"
+    )
+    assert warnings_of(40, {"judgedAtK": 0.9}, changed_qrels=0) == []
+    rollup = RunRollup()
+    for _ in range(30):
+        rollup.add([0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 0.0], {})
+    state = new_run_state()
+    state["rollup"] = rollup.to_state()
+    state["changedQrels"] = 7
+    listed = run_entry("r", state)
+    assert listed["changedQrels"] == 7
+    assert [w.split(":")[0] for w in listed["warnings"]] == [
+        "mixed golden sets",
+        "low judged coverage",
+    ]
+    del state["changedQrels"]  # a state from before golden-set versions
+    assert run_entry("r", state)["changedQrels"] == 0

@@ -565,3 +565,31 @@ def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
     assert [start for start, _, _ in trend] == [1200.0, 1260.0, 1380.0]  # the newest 3
     assert run_state.trend_of(run_state.new_run_state()) == []
     assert run_state.trend_of({"rollup": {}}) == []  # a state from before the history
+
+
+def test_a_run_counts_the_results_scored_against_qrels_that_have_since_changed() -> None:
+    import dataclasses
+
+    def judged(result_id: str, fingerprint: str, query: str = "q1") -> Placed:
+        placed = record(result_id, 0.5, query)
+        return lambda position: dataclasses.replace(placed(position), fingerprint=fingerprint)
+
+    a, b = "a1b2c3d4e5f60718", "ffee00112233aabb"
+    tables = Tables()
+    tables.fold([(judged(f"r{n}", a), at(n)) for n in range(3)])
+    tables.fold([(judged("other", b, query="q2"), at(3))])  # another query's own qrels
+    assert tables.rollups[b"run-a"]["changedQrels"] == 0
+    tables.fold([(judged("r3", b), at(4))])  # q1's golden set changed: its 3 earlier results
+    assert tables.rollups[b"run-a"]["changedQrels"] == 3
+    tables.fold([(judged("r4", b), at(5)), (judged("r3", b), at(4))])  # redelivery: no change
+    assert tables.rollups[b"run-a"]["changedQrels"] == 3
+    tables.fold([(judged("r5", a), at(6))])  # changed back: the 2 scored against b
+    assert tables.rollups[b"run-a"]["changedQrels"] == 5
+    entry = tables.queries[run_state.query_key("run-a", "q1")]
+    assert entry[0] == 6.0 and run_state.query_means(entry)[2] == 0.5
+    assert run_state.query_first(entry)[1:6] == [1.0, 0.5, 0.5, 1.0, 1.0]
+    assert run_state.run_document("run-a", tables.rollups[b"run-a"], 100)["changedQrels"] == 5
+    # Wire rows keep the fingerprint; those written before it decode without one.
+    row = judged("r9", a)(at(9)).to_wire()
+    assert len(row) == 10 and Contribution.from_wire(row).fingerprint == a
+    assert Contribution.from_wire(row[:9]).fingerprint is None

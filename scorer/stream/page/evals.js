@@ -392,6 +392,10 @@
       h("h2", {}, "Run ", h("code", { id: "run-id" }, metrics.runId)),
       h("p", { class: "note" }, `${metrics.count} results`,
         metrics.updatedAt ? `, last update ${when(metrics.updatedAt)}` : "", "."),
+      metrics.changedQrels ? h("p", { class: "warning", id: "changed-qrels" },
+        `⚠ Mixed golden sets: ${metrics.changedQrels} of ${metrics.count} results were ` +
+        "scored against qrels that have since changed, so these means are no trend " +
+        "(docs/api.md).") : null,
       h("table", { id: "run-metrics" },
         h("caption", { class: "note" }, "Means with 95% intervals (Wilson, docs/api.md)."),
         h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "metric"),
