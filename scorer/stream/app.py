@@ -181,5 +181,6 @@ def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) 
         parts.rollup_table,
         parts.run_queries_table,
         recovering=edge.recovery.readiness_reason,
+        watched=parts.watched,
     )
     return Scorer(app, settings, telemetry, parts, readiness)

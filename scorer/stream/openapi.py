@@ -226,8 +226,32 @@ OPENAPI: dict[str, Any] = {
                                                 "description": "What a reader of the run's "
                                                 "numbers should know, one sentence each (mixed "
                                                 "golden sets: changedQrels above 0; low judged "
-                                                "coverage: judged@k under 0.5).",
+                                                "coverage: judged@k under 0.5; worse than the "
+                                                "baseline of a watched pair).",
                                                 "items": {"type": "string"},
+                                            },
+                                            "watched": {
+                                                "type": "array",
+                                                "description": "Only on the candidate of a "
+                                                "watched pair (SCORER_WATCH_PAIRS): per pair, "
+                                                "its baseline and the measures the candidate is "
+                                                "decided worse and better on (anytime-valid, "
+                                                "either design), as of the worker's last read "
+                                                "(SCORER_WATCH_SECONDS).",
+                                                "items": {
+                                                    "type": "object",
+                                                    "properties": {
+                                                        "baseline": {"type": "string"},
+                                                        "worse": {
+                                                            "type": "array",
+                                                            "items": {"type": "string"},
+                                                        },
+                                                        "better": {
+                                                            "type": "array",
+                                                            "items": {"type": "string"},
+                                                        },
+                                                    },
+                                                },
                                             },
                                         },
                                         "required": ["runId", "count", "updatedAt"],

@@ -61,3 +61,6 @@ class StreamParts:
     expiring: dict[str, float] = field(default_factory=dict)
     """Queries whose expiry command is on its way, and when it was sent (epoch seconds;
     sent again if the query is still parked long after)."""
+    watched: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """The overall verdicts of the watched pairs whose baseline this worker owns
+    (``watch.pair_verdicts``), as last read; the run list warns from them."""

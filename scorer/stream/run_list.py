@@ -128,6 +128,42 @@ def merge_runs(lists: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, A
     ]
 
 
+def with_watched_pairs(
+    runs: list[dict[str, Any]], verdicts: Iterable[Iterable[Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``runs`` with each candidate of a watched pair carrying its pair's verdicts
+    (``watched``: baseline, the measures it is decided worse and better on, from
+    every worker's ``watch.pair_verdicts``) and, when it is decided worse on any, a
+    warning. A pair listed by two workers (an ownership change between their
+    timers) is taken once, the one with more decided measures."""
+    pairs: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for listed in verdicts:
+        for pair in listed:
+            key = (pair["baseline"], pair["candidate"])
+            known = pairs.get(key)
+            if known is None or _decided(pair) > _decided(known):
+                pairs[key] = pair
+    by_candidate: dict[str, list[Mapping[str, Any]]] = {}
+    for (_, candidate), pair in sorted(pairs.items()):
+        by_candidate.setdefault(candidate, []).append(pair)
+    for entry in runs:
+        for pair in by_candidate.get(entry["runId"], []):
+            entry.setdefault("watched", []).append(
+                {"baseline": pair["baseline"], "worse": pair["worse"], "better": pair["better"]}
+            )
+            if pair["worse"]:
+                entry["warnings"] = [
+                    *entry.get("warnings", []),
+                    f"worse than {pair['baseline']} (watched pair, anytime-valid) on "
+                    + ", ".join(pair["worse"]),
+                ]
+    return runs
+
+
+def _decided(pair: Mapping[str, Any]) -> int:
+    return len(pair["worse"]) + len(pair["better"])
+
+
 def page_of(runs: list[dict[str, Any]], paging: Paging) -> dict[str, Any]:
     """The answer: one page of the merged list, its total and where the next page starts
     (``nextOffset``, null on the last page)."""

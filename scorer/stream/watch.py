@@ -117,6 +117,23 @@ class WatchGauges:
                 gauge.remove(*labels)
 
 
+def pair_verdicts(baseline: str, candidate: str, comparison: dict[str, Any]) -> dict[str, Any]:
+    """A pair's overall verdicts, as the run list shows them: the watched measures on
+    which the candidate is decided worse (-1 in the paired or the unpaired design) and
+    those it is decided better on (+1 in one, -1 in neither)."""
+    worse, better = [], []
+    for metric in WATCHED_NAMES:
+        verdicts = {
+            verdict(comparison["metrics"][metric]["anytime95"]),
+            verdict(comparison["paired"]["metrics"][metric]["anytime95"]),
+        }
+        if -1 in verdicts:
+            worse.append(metric)
+        elif 1 in verdicts:
+            better.append(metric)
+    return {"baseline": baseline, "candidate": candidate, "worse": worse, "better": better}
+
+
 def register(parts: StreamParts) -> None:
     """The watch timer (nothing when no pair is watched)."""
     settings, app = parts.settings, parts.app
@@ -134,6 +151,7 @@ def register(parts: StreamParts) -> None:
             pair = (baseline, candidate)
             if homes.of(baseline.encode()) not in owned:
                 gauges.hide(pair)
+                parts.watched.pop(pair, None)
                 continue
             path = f"{API}/{quote(baseline, safe='')}/compare/{quote(candidate, safe='')}"
             url = app.conf.canonical_url.with_path(path).with_query(alpha=str(alpha))
@@ -141,6 +159,7 @@ def register(parts: StreamParts) -> None:
                 async with app.http_client.get(url) as response:
                     if response.status == 404:
                         gauges.hide(pair)  # a run of the pair has no results yet
+                        parts.watched.pop(pair, None)
                         continue
                     if response.status != 200:
                         logger.warning(
@@ -155,3 +174,4 @@ def register(parts: StreamParts) -> None:
                 pair,
                 pair_series(comparison, settings.facet_allowlist, settings.facet_max_values),
             )
+            parts.watched[pair] = pair_verdicts(baseline, candidate, comparison)

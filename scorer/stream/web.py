@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -29,7 +29,14 @@ from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.openapi import OPENAPI
 from scorer.stream.page import page_html
-from scorer.stream.run_list import Paging, merge_runs, other_hosts, page_of, run_entry
+from scorer.stream.run_list import (
+    Paging,
+    merge_runs,
+    other_hosts,
+    page_of,
+    run_entry,
+    with_watched_pairs,
+)
 
 API = "/api/v1/evals/runs"
 RECHECK_MISSING_SECONDS = 5.0
@@ -160,10 +167,13 @@ def register_views(
     rollup_table: Any,
     run_queries_table: Any,
     recovering: Callable[[], str | None] | None = None,
+    watched: Mapping[tuple[str, str], dict[str, Any]] | None = None,
 ) -> Callable[[], tuple[bool, str]]:
     """Add the health views and the run API to the app's web server, and the task that
     watches whether the input topics exist (for ``/readyz``); returns what ``/readyz``
-    answers, as ``(ready, why)``."""
+    answers, as ``(ready, why)``. ``watched``: the verdicts of the watched pairs this
+    worker exports (``StreamParts.watched``), for the run list's warnings."""
+    watched = {} if watched is None else watched
     inputs = InputTopics((settings.results_topic, settings.qrels_topic))
 
     @app.task
@@ -214,13 +224,17 @@ def register_views(
             if state is not None
         ]
 
-    async def peer_runs(host: str) -> list[dict[str, Any]]:
+    def local_list() -> dict[str, Any]:
+        """What this worker holds of the run list: its runs and its watched pairs."""
+        return {"runs": local_runs(), "watched": list(watched.values())}
+
+    async def peer_list(host: str) -> dict[str, Any]:
         url = URL(host).with_path(API).with_query(scope=LOCAL_SCOPE)
         timeout = aiohttp.ClientTimeout(total=PEER_TIMEOUT_SECONDS)
         async with app.http_client.get(url, timeout=timeout) as response:
             if response.status != 200:
                 raise OSError(f"{host} answered {response.status}")
-            return (await response.json(content_type=None))["runs"]
+            return await response.json(content_type=None)
 
     async def cluster_runs() -> list[dict[str, Any]]:
         """Every run the cluster holds: this worker's and each other owner's of the
@@ -230,10 +244,12 @@ def register_views(
             app.router.table_metadata(rollup_table.name), str(app.conf.canonical_url)
         )
         try:
-            answers = await asyncio.gather(*(peer_runs(host) for host in hosts))
+            answers = await asyncio.gather(*(peer_list(host) for host in hosts))
         except (TimeoutError, aiohttp.ClientError) as failure:
             raise OSError(str(failure) or type(failure).__name__) from failure
-        return merge_runs([local_runs(), *answers])
+        lists = [local_list(), *answers]
+        runs = merge_runs(answer["runs"] for answer in lists)
+        return with_watched_pairs(runs, (answer.get("watched") or [] for answer in lists))
 
     async def fetch_json(path: str) -> tuple[int, Any]:
         url = app.conf.canonical_url.with_path(path)
@@ -269,7 +285,7 @@ def register_views(
             except ValueError as problem:
                 return error(self, 400, str(problem))
             if request.query.get("scope") == LOCAL_SCOPE:
-                return self.json({"runs": local_runs()})
+                return self.json(local_list())
             try:
                 listed = await cluster_runs()
             except OSError as failure:

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 from aiokafka import AIOKafkaProducer
@@ -504,6 +505,21 @@ def test_a_watched_candidate_that_lost_fires_and_an_aa_pair_stays_silent(live: L
     )
     assert len(lower) == len(upper) == 10
     assert all(lower[key] < 0 < upper[key] for key in lower)
+    # The run list (the page's landing view) says the same from the worker's last read.
+    status, body = live.worker.get("/api/v1/evals/runs?limit=500")
+    assert status == 200
+    listed = {run["runId"]: run for run in orjson.loads(body)["runs"]}
+    (lost,) = listed["watch-worse"]["watched"]
+    assert lost["baseline"] == "watch-base"
+    assert {"ndcgAt10", "recallAtK", "hitAtK", "mrr"} <= set(lost["worse"])
+    assert listed["watch-worse"]["warnings"][-1].startswith(
+        "worse than watch-base (watched pair, anytime-valid) on "
+    )
+    assert listed["watch-aa-2"]["watched"] == [
+        {"baseline": "watch-aa-1", "worse": [], "better": []}
+    ]
+    assert not any(w.startswith("worse than") for w in listed["watch-aa-2"]["warnings"])
+    assert "watched" not in listed["watch-base"]
 
 
 def test_every_rule_evaluates_without_error(live: LiveStack) -> None:

@@ -65,3 +65,34 @@ def test_a_pair_handed_to_another_worker_leaves_no_series_behind() -> None:
     assert registry.get_sample_value("scorer_watch_verdict", gone) is None
     gauges.hide(pair)
     assert registry.get_sample_value("scorer_watch_verdict", labels) is None
+
+
+def test_a_watched_candidate_decided_worse_is_warned_of_in_the_run_list() -> None:
+    from scorer.stream.run_list import with_watched_pairs
+    from scorer.stream.watch import WATCHED_NAMES, pair_verdicts
+
+    lost = pair_verdicts("base", "cand", comparison())
+    assert lost == {"baseline": "base", "candidate": "cand", "worse": list(WATCHED_NAMES),
+                    "better": []}  # fmt: skip
+    # An A/A pair: every interval straddles 0, nothing decided.
+    same = aggregate([[0.5] * N] * 80)
+    queries = {f"q{n}": [0.5] * N for n in range(80)}
+    undecided = pair_verdicts("base", "twin", compare_runs(same, same, queries, queries))
+    assert undecided["worse"] == [] and undecided["better"] == []
+
+    runs = [
+        {"runId": "cand", "warnings": ["low judged coverage: ..."]},
+        {"runId": "twin", "warnings": []},
+        {"runId": "base", "warnings": []},
+    ]
+    stale = {**lost, "worse": ["ndcgAt10"]}  # the other worker's older read of the pair
+    listed = with_watched_pairs(runs, [[stale, undecided], [lost]])
+    cand, twin, base = listed
+    assert cand["watched"] == [{"baseline": "base", "worse": list(WATCHED_NAMES), "better": []}]
+    assert cand["warnings"] == [
+        "low judged coverage: ...",
+        "worse than base (watched pair, anytime-valid) on " + ", ".join(WATCHED_NAMES),
+    ]
+    assert twin["watched"] == [{"baseline": "base", "worse": [], "better": []}]
+    assert twin["warnings"] == []  # undecided is no warning
+    assert "watched" not in base and base["warnings"] == []
