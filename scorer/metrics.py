@@ -52,8 +52,16 @@ _LOG2_RANK = tuple(math.log2(rank + 1) for rank in range(1, NDCG_CUTOFF + 1))
 _GAINS = tuple(float(2**grade - 1) for grade in range(32))
 
 
+MAX_GRADE = 1000
+"""The largest grade scored: the ten gains ``2**g - 1`` a DCG at 10 sums stay below
+the largest float (about 2**1024) for any g up to this, so nDCG is never inf or NaN."""
+
+
 def gain(grade: int) -> float:
-    """Exponential gain ``2**grade - 1`` of a relevant grade; 0 for grade <= 0."""
+    """Exponential gain ``2**grade - 1`` of a relevant grade; 0 for grade <= 0.
+    ``ValueError`` above :data:`MAX_GRADE`."""
+    if grade > MAX_GRADE:
+        raise ValueError(f"grade {grade} is above {MAX_GRADE}, the largest scored")
     return float(2**grade - 1) if grade > 0 else 0.0
 
 

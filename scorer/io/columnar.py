@@ -165,7 +165,8 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
     ``types`` names every column, in order. None unless every line is blank
     (empty) or exactly ``len(types)`` non-empty fields separated by single
     spaces, with no other character ``str.split()`` would split on, and every
-    field converts to its type.
+    field converts to its type, and no line is a comment (its first field, a
+    string, starts with ``#``).
     """
     if not len(raw):
         return None
@@ -219,6 +220,14 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
             return None
         if _NON_ASCII_SPACE.search(text):
             return None
+    # A comment line (trec_eval's: '#' in its first column) is the line reader's to
+    # skip; in a clean chunk a line starts with its first field.
+    first = next(iter(types))
+    if table.num_rows and _call(
+        "any",
+        _call("starts_with", table[first], options=_compute.MatchSubstringOptions("#")),
+    ).as_py():
+        return None
     # Two spaces in a row, or a space at either end of a line, make an empty field.
     strings = [name for name, kind in types.items() if kind == pa.string()]
     if table.num_rows and any(

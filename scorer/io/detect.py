@@ -1,10 +1,15 @@
 """What kind of offline file a path holds, decided from its content.
 
-The first non-blank line decides: a line starting with ``{`` means JSONL (a
-golden set if the object has ``qrels``, results if it has ``ranked``);
-otherwise whitespace columns, 4 for TREC qrels (``qid iter docid grade``) and 6
-for a TREC run (``qid Q0 docid rank score tag``). File names and extensions
-are not consulted: users name these files every which way.
+The first line that is neither blank nor a comment decides: a line starting
+with ``{`` means JSONL (a golden set if the object has ``qrels``, results if it
+has ``ranked``); otherwise whitespace columns, 4 for TREC qrels (``qid iter
+docid grade``) and 6 or more for a TREC run (``qid Q0 docid rank score tag``;
+trec_eval ignores what follows the tag, and so do the readers). File names and
+extensions are not consulted: users name these files every which way.
+
+As trec_eval 10.0 reads them, TREC files may hold comment lines: a line whose
+first character is ``#`` (not one indented) is skipped. A UTF-8 byte order mark
+at the start of any file is dropped (Python would keep it in the first query id).
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ class FileKind(StrEnum):
 
 QRELS_COLUMNS = 4
 RUN_COLUMNS = 6
+"""At least: columns after the sixth are ignored, as trec_eval ignores them."""
+COMMENT = "#"
+"""A TREC line starting with this (in its first column) is a comment."""
+BOM = "\ufeff"
 
 
 @contextmanager
@@ -55,7 +64,7 @@ def gc_paused() -> Iterator[None]:
 def open_text(path: Path) -> TextIO:
     """``path`` opened for reading as UTF-8 text, or :class:`InputError` saying why not."""
     try:
-        return path.open(encoding="utf-8")
+        return path.open(encoding="utf-8-sig")  # a BOM at the start is dropped
     except OSError as error:
         raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
 
@@ -81,7 +90,21 @@ def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
         before = raw[: error.start].decode("utf-8")
         line = first + before.count("\n") + before.count("\r") - before.count("\r\n")
         raise InputError(path, "is not UTF-8 text", line) from None
+    if first == 1 and text.startswith(BOM):
+        text = text[1:]
     return io.StringIO(text, newline=None).readlines()
+
+
+def has_comments(raw: bytes | memoryview) -> bool:
+    """Whether any line of ``raw`` (whole lines) is a comment (:data:`COMMENT` first)."""
+    data = bytes(raw) if isinstance(raw, memoryview) else raw
+    return data.startswith((b"#", b"\xef\xbb\xbf#")) or b"\n#" in data or b"\r#" in data
+
+
+def blank_comments(lines: list[str]) -> list[str]:
+    """``lines`` with each comment line made blank: skipped like one, and the lines
+    after it keep their numbers for the errors that name them."""
+    return ["\n" if line.startswith(COMMENT) else line for line in lines]
 
 
 def detect_kind(path: Path) -> FileKind:
@@ -93,11 +116,11 @@ def detect_kind(path: Path) -> FileKind:
     with open_text(path) as lines:
         try:
             for number, line in enumerate(lines, 1):
-                if line.strip():
+                if line.strip() and not line.startswith(COMMENT):
                     return _kind_of_line(path, number, line)
         except UnicodeDecodeError:
             raise InputError(path, "is not UTF-8 text") from None
-    raise InputError(path, "file is empty (no non-blank line)")
+    raise InputError(path, "file is empty (only blank or comment lines)")
 
 
 def _kind_of_line(path: Path, number: int, line: str) -> FileKind:
@@ -120,7 +143,7 @@ def _kind_of_line(path: Path, number: int, line: str) -> FileKind:
     columns = len(line.split())
     if columns == QRELS_COLUMNS:
         return FileKind.TREC_QRELS
-    if columns == RUN_COLUMNS:
+    if columns >= RUN_COLUMNS:
         return FileKind.TREC_RUN
     raise InputError(
         path,

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scorer.io.detect import FileKind, detect_kind, gc_paused, open_binary, open_text
+from scorer.io.detect import COMMENT, FileKind, detect_kind, gc_paused, open_binary, open_text
 from scorer.io.errors import InputError
+from scorer.metrics import MAX_GRADE
 
 if TYPE_CHECKING:
     pass
@@ -56,8 +57,9 @@ def read_golden(path: Path, *, columnar: bool = False) -> Golden:
 def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
     """Judgments from TREC qrels lines ``qid iter docid grade``; ``iter`` is ignored.
 
-    Blank lines are skipped. A docid judged twice for the same query is an error:
-    which grade would count is anyone's guess.
+    Blank lines and comment lines (``#`` first, as trec_eval reads them) are skipped.
+    A docid judged twice for the same query is an error: which grade would count
+    is anyone's guess; so is a grade above :data:`scorer.metrics.MAX_GRADE`.
 
     Read by :mod:`scorer.io.columnar` when it can; any file it cannot read
     cleanly is read again line by line, which says what is wrong and where.
@@ -86,6 +88,8 @@ def _columnar_trec_qrels(path: Path) -> Golden | None:
             if read is None:
                 return None
             for query, docs, grades in read[0]:
+                if max(grades) > MAX_GRADE:
+                    return None  # the line reader names it
                 judged = golden.get(query)
                 if judged is None:
                     judged = golden[query] = JudgedQuery(qrels={})
@@ -105,6 +109,8 @@ def _line_trec_qrels(path: Path) -> Golden:
         number = 0
         try:
             for number, line in enumerate(lines, 1):
+                if line[0] == COMMENT:
+                    continue
                 columns = line.split()
                 if len(columns) != 4:
                     if not columns:
@@ -122,7 +128,14 @@ def _line_trec_qrels(path: Path) -> Golden:
                     qid, qrels = query, judged.qrels
                 if doc in qrels:
                     raise InputError(path, f"{doc} is judged twice for query {query}", number)
-                qrels[doc] = int(grade)
+                value = qrels[doc] = int(grade)
+                if value > MAX_GRADE:
+                    raise InputError(
+                        path,
+                        f"grade {value} is above {MAX_GRADE}, the largest this scorer takes "
+                        "(nDCG's gain 2^grade - 1 would overflow)",
+                        number,
+                    )
         except UnicodeDecodeError:
             raise InputError(path, "is not UTF-8 text", number + 1) from None
         except ValueError:

@@ -30,7 +30,17 @@ from operator import gt
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO, overload
 
-from scorer.io.detect import FileKind, decode_lines, detect_kind, open_binary, open_text
+from scorer.io.detect import (
+    COMMENT,
+    RUN_COLUMNS,
+    FileKind,
+    blank_comments,
+    decode_lines,
+    detect_kind,
+    has_comments,
+    open_binary,
+    open_text,
+)
 from scorer.io.errors import InputError
 
 if TYPE_CHECKING:
@@ -264,7 +274,8 @@ def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[RunBlock
             progress(len(raw))
         # The whole file is one chunk: a query's lines are merged wherever they are.
         merged: dict[tuple[str, str], RunBlock] = {}
-        for block in _blocks_of_checked_lines(path, 1, decode_lines(path, raw, 1)):
+        lines = decode_lines(path, raw, 1)
+        for block in _blocks_of_checked_lines(path, 1, lines, has_comments(raw)):
             key = (block[0], block[1])
             held = merged.get(key)
             merged[key] = block if held is None else _joined(held, block)
@@ -276,8 +287,9 @@ def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[RunBlock
     with open_binary(path) as file:
         for raw, fast in _parsed_ahead(file):
             if fast is None:
-                lines = decode_lines(path, bytes(raw), first)
-                blocks = _blocks_of_checked_lines(path, first, lines)
+                data = bytes(raw)
+                lines = decode_lines(path, data, first)
+                blocks = _blocks_of_checked_lines(path, first, lines, has_comments(data))
                 first += len(lines)
             else:
                 blocks, count = fast
@@ -325,20 +337,27 @@ def _parsed_ahead(file: BinaryIO) -> Iterator[tuple[memoryview, tuple[list[RunBl
             yield parsed
 
 
-def _blocks_of_checked_lines(path: Path, first: int, lines: list[str]) -> list[RunBlock]:
-    """The blocks of ``lines`` (numbered from ``first``), or :class:`InputError`
-    for the first malformed one."""
+def _blocks_of_checked_lines(
+    path: Path, first: int, lines: list[str], comments: bool = False
+) -> list[RunBlock]:
+    """The blocks of ``lines`` (numbered from ``first``; ``comments``: some are comment
+    lines, which are skipped), or :class:`InputError` for the first malformed one."""
+    if comments:
+        lines = blank_comments(lines)
     try:
         return _blocks_of_lines(lines)
     except ValueError:
         _raise_first_bad_line(path, first, lines)
-        # No bad line: blank lines broke the fast path.
-        return _blocks_of_lines([line for line in lines if not line.isspace()])
+        # No bad line: blank lines, or columns after the tag, broke the fast path.
+        return _blocks_of_lines(
+            [line for line in lines if not line.isspace()], wide=True
+        )
 
 
-def _blocks_of_lines(lines: list[str]) -> list[RunBlock]:
+def _blocks_of_lines(lines: list[str], wide: bool = False) -> list[RunBlock]:
     """The blocks of well-formed, non-blank run lines; ValueError on any other line
-    (a score that is not finite too).
+    (a score that is not finite too). ``wide``: lines may have columns after the
+    tag, which are ignored.
 
     The hot loop of the line reader: no checks but the unpacking, and the scores
     are converted and checked per block, at C speed.
@@ -348,7 +367,10 @@ def _blocks_of_lines(lines: list[str]) -> list[RunBlock]:
     docs: list[str] = []
     scores: list[str] = []
     for line in lines:
-        query, _, doc, _, score, tag = line.split()
+        if wide:
+            query, _, doc, _, score, tag = line.split(None, RUN_COLUMNS)[:RUN_COLUMNS]
+        else:
+            query, _, doc, _, score, tag = line.split()
         if query != query_id or tag != run_id:
             if docs:
                 pending.append((run_id, query_id, docs, scores))
@@ -370,9 +392,9 @@ def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
     """Raise :class:`InputError` for the first malformed line (blank lines are fine)."""
     for number, line in enumerate(lines, first):
         columns = line.split()
-        if not columns:
+        if not columns or line[0] == COMMENT:
             continue
-        if len(columns) != 6:
+        if len(columns) < RUN_COLUMNS:
             raise InputError(
                 path,
                 f"expected 6 columns (qid Q0 docid rank score tag), got {len(columns)}",
