@@ -189,7 +189,12 @@ def test_progress_is_told_bytes_read(tmp_path: Path) -> None:
             "results.jsonl:2: Invalid JSON: key must be a string at line 1 column 2",
         ),
         ("empty.txt", "", read_golden, "empty.txt: file is empty (only blank or comment lines)"),
-        ("blank.txt", "\n  \n", iter_retrievals, "blank.txt: file is empty (only blank or comment lines)"),
+        (
+            "blank.txt",
+            "\n  \n",
+            iter_retrievals,
+            "blank.txt: file is empty (only blank or comment lines)",
+        ),
         (
             "qrels-as-run.txt",
             "q1 0 a 1\n",
