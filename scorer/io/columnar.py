@@ -223,10 +223,13 @@ def read_chunk(raw: memoryview, types: dict[str, pa.DataType]) -> tuple[pa.Table
     # A comment line (trec_eval's: '#' in its first column) is the line reader's to
     # skip; in a clean chunk a line starts with its first field.
     first = next(iter(types))
-    if table.num_rows and _call(
-        "any",
-        _call("starts_with", table[first], options=_compute.MatchSubstringOptions("#")),
-    ).as_py():
+    if (
+        table.num_rows
+        and _call(
+            "any",
+            _call("starts_with", table[first], options=_compute.MatchSubstringOptions("#")),
+        ).as_py()
+    ):
         return None
     # Two spaces in a row, or a space at either end of a line, make an empty field.
     strings = [name for name, kind in types.items() if kind == pa.string()]

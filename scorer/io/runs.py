@@ -349,9 +349,7 @@ def _blocks_of_checked_lines(
     except ValueError:
         _raise_first_bad_line(path, first, lines)
         # No bad line: blank lines, or columns after the tag, broke the fast path.
-        return _blocks_of_lines(
-            [line for line in lines if not line.isspace()], wide=True
-        )
+        return _blocks_of_lines([line for line in lines if not line.isspace()], wide=True)
 
 
 def _blocks_of_lines(lines: list[str], wide: bool = False) -> list[RunBlock]:
