@@ -43,7 +43,7 @@ from scorer.io import (
     iter_retrievals,
 )
 from scorer.measures import MEASURES, each, unrolled
-from scorer.metrics import Judgments, MetricValues, score
+from scorer.metrics import NDCG_CUTOFF, Judgments, MetricValues, score
 from scorer.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.rollup import RunRollup
 from scorer.significance import (
@@ -102,6 +102,9 @@ class RunEvaluation:
     results_without_qrels: int = 0
     judged_queries_not_in_run: int = 0
     zero_filled: int = 0
+    repeating: int = 0
+    """Scored rankings that repeat an id among the ids they are scored on (their top
+    ``max(k, 10)``): convention 7 scores them, trec_eval refuses such a run."""
 
     def add(
         self,
@@ -140,6 +143,7 @@ class RunEvaluation:
         }
         if self.zero_filled:
             out["zeroFilled"] = self.zero_filled
+        out["rankingsRepeatingIds"] = self.repeating
         return out
 
 
@@ -310,7 +314,13 @@ def evaluate_cutoffs(
             run = runs.get(retrieval.run_id)
             if run is None:
                 run = runs[retrieval.run_id] = RunEvaluation()
-            values = score(retrieval.ranked, judgments, retrieval.k or k)
+            cutoff = retrieval.k or k
+            values = score(retrieval.ranked, judgments, cutoff)
+            # The ids the measures are scored on (MRR and candidate nDCG, which look
+            # further, count each id once anyway).
+            head = retrieval.ranked[: cutoff if cutoff > NDCG_CUTOFF else NDCG_CUTOFF]
+            if len(set(head)) != len(head):
+                run.repeating += 1
             run.add(query_id, values, facets, retrieval.confidence)
             run.judged_queries.add(query_id)
             if rows is not None:

@@ -199,6 +199,7 @@ def eval_command(
         sys.exit(2)
     evaluations = combine(sources)
     _warn_about_runs_sharing_no_query(qrels, sources)
+    _warn_about_repeated_ids(sources)
     for evaluation in evaluations:
         evaluation.compare_runs(alpha=alpha, permutations=permutations, seed=seed)
     if output_format == "json":
@@ -238,6 +239,20 @@ def _run_file(run: str) -> Iterator[Path]:
             yield Path(spool.name)
         except InputError as error:
             raise InputError(STDIN_NAME, error.reason, error.line) from None
+
+
+def _warn_about_repeated_ids(sources: Sequence[tuple[str, Sequence[Evaluation]]]) -> None:
+    """One line on stderr per run with rankings that repeat an id where it is scored:
+    trec_eval refuses such a run, the scorer scores it by convention 7."""
+    for name, evaluations in sources:
+        for run_id, run in evaluations[0].runs.items():
+            if run.repeating:
+                click.echo(
+                    f"warning: run {run_id} ({name}): {run.repeating} rankings repeat an id "
+                    f"in their top max(k, 10); each repeat keeps its rank and earns nothing "
+                    "(docs/metrics.md, convention 7); trec_eval refuses such a run",
+                    err=True,
+                )
 
 
 def _warn_about_runs_sharing_no_query(

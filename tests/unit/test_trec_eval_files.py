@@ -11,6 +11,7 @@ import gzip
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from scorer.evaluation import evaluate_run_file
@@ -161,3 +162,33 @@ def test_a_grade_too_large_for_the_gain_stops_with_its_line(tmp_path: Path) -> N
     run.write_text("q1 Q0 d2 1 3.0 t\nq1 Q0 d1 2 2.0 t\n")
     means, _ = scored(qrels, run)
     assert means["ndcgAt10"] == pytest.approx(1.0)  # finite, whatever the grade
+
+
+def test_rankings_that_repeat_an_id_where_they_are_scored_are_counted_and_warned_of(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from scorer.cli import main
+
+    qrels = tmp_path / "qrels"
+    qrels.write_text("q1 0 d1 1\nq2 0 d1 1\nq3 0 d1 1\n")
+    run = tmp_path / "run"
+    lines = [
+        "q1 Q0 d1 1 9 r", "q1 Q0 d1 2 8 r", "q1 Q0 d2 3 7 r",  # d1 twice in the top
+        "q2 Q0 d1 1 9 r", "q2 Q0 d2 2 8 r",  # no repeat
+    ] + [f"q3 Q0 x{n} {n} {100 - n} r" for n in range(12)] + ["q3 Q0 x0 13 1 r"]  # fmt: skip
+    run.write_text("\n".join(lines) + "\n")  # q3 repeats x0 at rank 13: past the top 10
+    result = CliRunner().invoke(main, ["eval", str(qrels), str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = orjson.loads(result.stdout)
+    assert document["runs"]["r"]["rankingsRepeatingIds"] == 1
+    assert result.stderr.splitlines() == [
+        f"warning: run r ({run}): 1 rankings repeat an id in their top max(k, 10); each "
+        "repeat keeps its rank and earns nothing (docs/metrics.md, convention 7); "
+        "trec_eval refuses such a run"
+    ]
+    wide = CliRunner().invoke(main, ["eval", str(qrels), str(run), "--format", "json", "--k", "20"])
+    assert orjson.loads(wide.stdout)["runs"]["r"]["rankingsRepeatingIds"] == 2
+    clean = evaluate_run_file(read_golden(qrels), DATA / "results.test", k=10)
+    assert clean.runs["STANDARD"].summary()["rankingsRepeatingIds"] == 0
