@@ -13,12 +13,15 @@ deterministic seed) a TREC run and TREC qrels (~10 judgments per query, grades
     all five of our metrics (recall@10, P@10, nDCG@10 with exponential gain,
     MRR, hit@10) or the equivalent measures;
 (b) end to end: a process per tool from the same two files, start-up included:
-    ``scorer eval QRELS RUN --format json``; the C trec_eval 10.0 (two calls:
-    the binary measures on the qrels, ``ndcg_cut.10`` on the qrels remapped to
-    gains 2^g - 1, written once outside the timing); a Python process that
-    parses both files with pytrec_eval's parsers and evaluates; peak RSS of each.
+    ``scorer eval QRELS RUN --format json``; the C trec_eval 10.0, one call for
+    all five on the qrels remapped to gains 2^g - 1 (written once outside the
+    timing: trec_eval's nDCG is linear in the grade, and since 2^g - 1 >= 1
+    exactly when g >= 1 its binary measures are unchanged); a Python process
+    that parses both files with pytrec_eval's parsers and evaluates; peak RSS of
+    each.
 
-and a start-up row: the same three on a small run (50 queries x 20 docs).
+and a start-up row: the same three on a small run (50 queries x 20 docs), and
+``python -c pass`` of the same interpreter, the floor of any Python tool.
 
 The C trec_eval is built (``-O3``; its Makefile's default has no optimisation)
 from its source into ~/.cache/scorer-bench/trec_eval
@@ -305,10 +308,15 @@ def run_process(commands: list[list[str]]) -> tuple[list[str], int]:
     return outputs, peak
 
 
+PYTHON_FLOOR = "python -c pass"
+"""The start-up row's floor: the interpreter alone, no means to compare."""
+
+
 def process_tools(
-    qrels_path: Path, run_path: Path, trec_eval: Path | None
+    qrels_path: Path, run_path: Path, trec_eval: Path | None, floor: bool = False
 ) -> dict[str, Callable[[], tuple[Means, int]]]:
-    """The end-to-end tools, each a call giving (means, peak RSS in KiB)."""
+    """The end-to-end tools, each a call giving (means, peak RSS in KiB); ``floor``:
+    ``python -c pass`` too."""
 
     def scorer() -> tuple[Means, int]:
         (out,), peak = run_process(
@@ -327,10 +335,9 @@ def process_tools(
         gains = remapped_qrels(qrels_path)
 
         def c_trec_eval() -> tuple[Means, int]:
-            binary = [str(trec_eval), "-m", f"recall.{K}", "-m", f"P.{K}", "-m", "recip_rank"]
-            binary += ["-m", f"success.{K}", str(qrels_path), str(run_path)]
-            graded = [str(trec_eval), "-m", "ndcg_cut.10", str(gains), str(run_path)]
-            outputs, peak = run_process([binary, graded])
+            command = [str(trec_eval), "-m", f"recall.{K}", "-m", f"P.{K}", "-m", "recip_rank"]
+            command += ["-m", f"success.{K}", "-m", "ndcg_cut.10", str(gains), str(run_path)]
+            outputs, peak = run_process([command])
             means: Means = {}
             for line in "".join(outputs).splitlines():
                 measure, query, value = line.split()
@@ -340,6 +347,13 @@ def process_tools(
 
         tools["trec_eval (C)"] = c_trec_eval
     tools["pytrec_eval"] = pytrec
+    if floor:
+
+        def python_pass() -> tuple[Means, int]:
+            _, peak = run_process([[sys.executable, "-c", "pass"]])
+            return {}, peak
+
+        tools[PYTHON_FLOOR] = python_pass
     return tools
 
 
@@ -469,8 +483,11 @@ def measure_processes(
     args: argparse.Namespace,
     repeats: int,
 ) -> list[Row]:
-    tools: dict[str, Callable[[], object]] = dict(process_tools(qrels_path, run_path, trec_eval))
-    if args.all_peers and not size.startswith("start-up"):
+    startup = size.startswith("start-up")
+    tools: dict[str, Callable[[], object]] = dict(
+        process_tools(qrels_path, run_path, trec_eval, floor=startup)
+    )
+    if args.all_peers and not startup:
 
         def with_no_rss(call: Callable[[], Means]) -> Callable[[], tuple[Means, None]]:
             return lambda: (call(), None)
@@ -484,7 +501,10 @@ def measure_processes(
     rows: list[Row] = []
     for tool, (seconds, (means, peak)) in timings.items():
         tolerance = TREC_EVAL_TOLERANCE if tool == "trec_eval (C)" else TOLERANCE
-        worst = check_agreement(f"{size} end to end {tool}", ours, means, tolerance)
+        if tool == PYTHON_FLOOR:
+            worst = 0.0
+        else:
+            worst = check_agreement(f"{size} end to end {tool}", ours, means, tolerance)
         rows.append((size, "(b) end to end", tool, seconds, worst, peak))
         print(f"{size:12} (b) {tool:16} {seconds:8.3f} s  {peak or 0:>9,} KiB", file=sys.stderr)
     return rows
@@ -507,12 +527,13 @@ def render(args: argparse.Namespace, rows: list[Row], with_trec_eval: bool) -> s
         "`Qrels`/`Run` for ranx, qrels and ranked lists for scorer, which also prepares its "
         "`Judgments` inside the timing).",
         "- (b) end to end: one process per tool from the same two files, start-up included: "
-        "`scorer eval QRELS RUN --format json`; the C trec_eval 10.0 built with -O3 (two "
-        "calls, the binary measures and `ndcg_cut.10` on qrels remapped to gains 2^g-1, "
-        "written once outside the timing); `python -c` parsing both files with "
-        "pytrec_eval's parsers and evaluating. Peak RSS of the process (the larger of "
-        "trec_eval's two).",
-        "- start-up: the same processes on a run of 50 queries x 20 docs.",
+        "`scorer eval QRELS RUN --format json`; the C trec_eval 10.0 built with -O3, one "
+        "call for all five on the qrels remapped to gains 2^g-1 (written once outside the "
+        "timing; 2^g-1 >= 1 exactly when g >= 1, so recall, P, success and recip_rank are "
+        "unchanged); `python -c` parsing both files with pytrec_eval's parsers and "
+        "evaluating. Peak RSS of the process.",
+        "- start-up: the same processes on a run of 50 queries x 20 docs, and `python -c "
+        "pass` of the same interpreter.",
         "",
         f"Machine: {machine()}. Two cores shared with other jobs while it ran: absolute times "
         "are noisy, ratios less so.",
@@ -530,12 +551,28 @@ def render(args: argparse.Namespace, rows: list[Row], with_trec_eval: bool) -> s
             f"| {size} | {mode} | {tool} | {seconds:.3f} | {ratio:.2f}x | {rss} | {worst:.1e} |"
         )
     lines.append("")
-    lines.append("Targets (issue 14):")
+    lines.append("Targets:")
     lines.append("")
+    seconds_of = {(size, mode, tool): seconds for size, mode, tool, seconds, _, _ in rows}
     for (size, mode), seconds in ours.items():
         if size.startswith("start-up"):
-            verdict = "met" if seconds < 0.2 else "NOT met"
-            lines.append(f"- {size}: scorer answers in {seconds:.3f} s; target < 0.2 s: {verdict}.")
+            floor = seconds_of.get((size, mode, PYTHON_FLOOR))
+            if floor:
+                ratio = seconds / floor
+                verdict = "met" if ratio <= 2.0 else "NOT met"
+                lines.append(
+                    f"- {size}: scorer answers in {seconds:.3f} s, {ratio:.2f}x `python -c "
+                    f"pass` ({floor:.3f} s); target <= 2x: {verdict}."
+                )
+            continue
+        trec = seconds_of.get((size, mode, "trec_eval (C)"))
+        if size.startswith("1,000x") and mode == "(b) end to end" and trec:
+            ratio = seconds / trec
+            verdict = "met" if ratio <= 2.0 else "NOT met"
+            lines.append(
+                f"- {size} {mode}: scorer takes {ratio:.2f}x one trec_eval call "
+                f"({seconds:.3f} s against {trec:.3f} s); target <= 2x: {verdict}."
+            )
             continue
         peers = [
             (tool, peer_seconds)
@@ -566,9 +603,14 @@ NOTES = (
     "pyarrow. What is left in Python is one `str.split` per query to make its docid strings, "
     "the scoring itself (`Judgments.from_qrels` + `score`, as in (a)) and the qrels dicts. "
     "The C trec_eval and pytrec_eval (the same C code) parse and score in C, one core; "
-    "the C trec_eval's time here grows faster than the number of queries (about 0.2 s at "
-    "1,000 queries, 10 s at 20,000, 128 s at 100,000 in the first run of this script; not "
-    "investigated), so pytrec_eval is the faster peer from 20,000 queries on.\n\n"
+    "the C trec_eval's time grows faster than the number of queries (compare its rows), so "
+    "from 20,000 queries on pytrec_eval is as fast or faster.\n\n"
+    "Start-up: `scorer eval` on a tiny run spends about 0.1 s beyond the bare interpreter, "
+    "nearly all of it importing (`python -X importtime`): click about 25 ms, the editable "
+    "install's path finder about 15 ms (a plain `pip install .` has none), the scorer's "
+    "own modules (evaluation, io, rollup, significance, risk-coverage) about 45 ms, "
+    "orjson 7 ms. The 2x target needs those imports deferred until used or the CLI off "
+    "click; not done.\n\n"
     "This run file is grouped by query, as run files usually are. One that is not is read "
     "right but slower: a query's lines within a chunk are grouped by a vectorised hash, "
     "but lines of a query in two chunks make the streaming pass start again with the run "
