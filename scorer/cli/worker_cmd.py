@@ -147,14 +147,15 @@ def release_listeners(port: int) -> int:
 
     closed = 0
     for thing in gc.get_objects():
-        if not isinstance(thing, socket.socket) or thing.fileno() < 0:
-            continue
         try:
+            # type() first: isinstance on a dead weakref proxy raises ReferenceError.
+            if not issubclass(type(thing), socket.socket) or thing.fileno() < 0:
+                continue
             if thing.type != socket.SOCK_STREAM or thing.getsockname()[1] != port:
                 continue
             if not thing.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                 continue
-        except (OSError, IndexError, TypeError):
+        except (OSError, IndexError, TypeError, ReferenceError):
             continue
         thing.close()
         closed += 1
