@@ -74,6 +74,7 @@ def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
     ``/metrics`` document gives them), and what a reader should be warned of."""
     overall = MetricAggregate.from_state(state["rollup"]["overall"])
     means, intervals = overall.means(), overall.ci95()
+    changed = state.get("changedQrels", 0)
     return {
         "runId": run_id,
         "count": overall.count,
@@ -81,8 +82,8 @@ def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": {name: means[name] for name in HEADLINE},
         "ci95": {name: intervals[name] for name in HEADLINE},
         "trend": trend_of(state),
-        "changedQrels": state.get("changedQrels", 0),
-        "warnings": warnings_of(overall.count, means, state.get("changedQrels", 0)),
+        "changedQrels": changed,
+        "warnings": warnings_of(overall.count, means, changed),
     }
 
 

@@ -144,22 +144,25 @@ def register(parts: StreamParts) -> None:
     homes = parts.misplaced.homes  # rollup records are keyed by run id, placed by murmur2
     alpha = settings.compare_alpha / CELLS_PER_PAIR
 
+    def forget(pair: tuple[str, str]) -> None:
+        """Stop exporting a pair and stop listing its verdicts."""
+        gauges.hide(pair)
+        parts.watched.pop(pair, None)
+
     @app.timer(interval=settings.watch_seconds)
     async def export_watched_pairs() -> None:
         owned = parts.edge.owned_partitions(settings.rollup_topic)
         for baseline, candidate in pairs:
             pair = (baseline, candidate)
             if homes.of(baseline.encode()) not in owned:
-                gauges.hide(pair)
-                parts.watched.pop(pair, None)
+                forget(pair)
                 continue
             path = f"{API}/{quote(baseline, safe='')}/compare/{quote(candidate, safe='')}"
             url = app.conf.canonical_url.with_path(path).with_query(alpha=str(alpha))
             try:
                 async with app.http_client.get(url) as response:
                     if response.status == 404:
-                        gauges.hide(pair)  # a run of the pair has no results yet
-                        parts.watched.pop(pair, None)
+                        forget(pair)  # a run of the pair has no results yet
                         continue
                     if response.status != 200:
                         logger.warning(
