@@ -41,6 +41,7 @@ import pytest
 
 from scorer.kafka.launcher import broker_status, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
+from scorer.stream import run_state
 from tests.integration.test_reliability import (
     SESSION_TIMEOUT,
     Feeder,
@@ -248,6 +249,47 @@ def duplicate_forensics(settings, records: list) -> str:
     return "; ".join(lines)
 
 
+def rollup_forensics(settings, results: list) -> str:
+    """Where a run's live count went wrong, from the rollup topic itself: every
+    contribution as written, replayed per rollup partition in offset order through the
+    same fold (``RunBatch``, one batch per record, the dedupe window in a dict). It says
+    whether the topic lacks results (a results-path fault) or holds them and the fold
+    drops them (by watermark or by resultId), and where."""
+    records = read_topic(settings, settings.rollup_topic, lambda got: False, timeout=15)
+    records.sort(key=lambda record: (record.partition, record.offset))
+    states: dict[bytes, dict] = {}
+    seen: dict[str, run_state.SeenEntry] = {}
+    sent: dict[str, list] = {}
+    counted: dict[str, list] = {}
+    dropped: dict[str, list] = {}
+    for record in records:
+        batch = run_state.RunBatch(
+            states.get, lambda key: None, 10**9, load_seen=seen.get, partition=record.partition
+        )
+        for row in orjson.loads(record.value):
+            where = (record.partition, record.offset, tuple(row[:4]))
+            sent.setdefault(row[4], []).append(where)
+            before = batch.duplicates
+            if batch.add_row(record.key, row):
+                counted.setdefault(row[4], []).append(where)
+            else:
+                why = "watermark" if batch.duplicates > before else "resultId"
+                dropped.setdefault(row[4], []).append((*where, why))
+        states.update(batch.finish(""))
+        seen.update(batch.seen)
+    never = [r.result_id for r in results if r.result_id not in sent]
+    lost = [r.result_id for r in results if r.result_id in sent and r.result_id not in counted]
+    twice = [r for r, where in counted.items() if len(where) > 1]
+    lines = [
+        f"rollup topic: {len(records)} records; results never sent {len(never)}, "
+        f"sent but never counted {len(lost)}, counted twice {len(twice)}"
+    ]
+    lines += [f"never sent {result_id}" for result_id in never[:5]]
+    lines += [f"dropped {result_id}: {dropped[result_id]}" for result_id in lost[:5]]
+    lines += [f"twice {result_id}: {counted[result_id]}" for result_id in twice[:5]]
+    return "\n  ".join(lines)
+
+
 def last_errors(worker: Worker, count: int = 3) -> str:
     """The last ``count`` ERROR lines of ``worker``'s log, for a failure message."""
     lines = worker.log.read_text(errors="replace").splitlines()
@@ -337,7 +379,10 @@ def test_three_workers_under_overlapping_faults_score_every_result_once(
         with contextlib.suppress(AssertionError):  # the differences below say which
             wait_for(counts_match, 180, "run API counts")
         wait_all_committed(settings, 120)
-        problems += verify_runs(cluster, offline)
+        run_problems = verify_runs(cluster, offline)
+        if run_problems:
+            print(f"[churn {guarantee}] {rollup_forensics(settings, results)}", file=sys.stderr)
+        problems += run_problems
         for index, worker in enumerate(cluster.workers):
             problems += [f"worker {index}: {line}" for line in ledger_violations(worker)[:3]]
         problems += cluster.exits

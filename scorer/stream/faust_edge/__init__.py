@@ -104,6 +104,10 @@ class Edge:
         if outputs:
             await self.app.consumer.send_outputs(outputs[0].source, outputs)
 
+    async def delivered(self) -> bool:
+        """Every output sent so far is on the broker (``GuardedConsumer.delivered``)."""
+        return await self.app.consumer.delivered()
+
     def events(self, stream: Any) -> Any:
         """An agent's events, one at a time between commits (``Transactions.events``)."""
         return self.transactions.events(stream)

@@ -1046,6 +1046,18 @@ class GuardedConsumer(AIOKafkaConsumer):
                 watch(future)
                 future.add_done_callback(output.on_sent)
 
+    async def delivered(self) -> bool:
+        """Under at-least-once: wait until the broker has every record sent so far;
+        True if each was delivered. An agent that consumes table state its input's
+        redelivery would need (a release of parked results) makes its outputs durable
+        this way first: the state's changelog write and the outputs otherwise land on
+        their own, and a crash between them loses the outputs for good. Under
+        exactly_once True at once: one transaction holds both."""
+        if self.recovery.exactly_once:
+            return True
+        await self.appender().producer.flush()
+        return self.deliveries.error is None
+
     def appender(self) -> Appender:
         """The :class:`Appender` of the producer's aiokafka producer (at-least-once)."""
         client = self.app.producer._ensure_producer()
