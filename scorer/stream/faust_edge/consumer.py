@@ -1051,12 +1051,13 @@ class GuardedConsumer(AIOKafkaConsumer):
         True if each was delivered. An agent that consumes table state its input's
         redelivery would need (a release of parked results) makes its outputs durable
         this way first: the state's changelog write and the outputs otherwise land on
-        their own, and a crash between them loses the outputs for good. Under
-        exactly_once True at once: one transaction holds both."""
+        their own, and a crash between them loses the outputs for good. False too
+        once a rebuild is requested (:meth:`send_outputs` then drops what it is
+        given). Under exactly_once True at once: one transaction holds both."""
         if self.recovery.exactly_once:
             return True
         await self.appender().producer.flush()
-        return self.deliveries.error is None
+        return self.deliveries.error is None and self.recovery.requested is None
 
     def appender(self) -> Appender:
         """The :class:`Appender` of the producer's aiokafka producer (at-least-once)."""
