@@ -37,6 +37,7 @@ def main() -> None:
 
     from bench.stream import Payloads
     from scorer.stream import events, run_state
+    from scorer.stream.seen import SeenIndex
     from scorer.stream.telemetry import Telemetry
 
     payloads = Payloads.generate(5000, args.results)
@@ -85,7 +86,7 @@ def main() -> None:
     drained = contribute()
 
     def fold() -> None:
-        seen = run_state.SeenIndex()
+        seen = SeenIndex()
         batch = run_state.RunBatch(state.get, {}.get, 10_000, seen.get, partition=0, now=1.0)
         for _, key, value in drained:
             if hasattr(batch, "add_row"):

@@ -165,7 +165,13 @@ def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) 
         ),
         run_queries_table=app.Table("run_queries", default=None, partitions=settings.partitions),
         # Where each run counted each resultId, for ``rollup_dedupe_seconds`` (run_state.RunBatch).
-        seen_table=app.Table("rollup_seen", default=None, partitions=settings.partitions),
+        # Raw values, binary blocks (seen.encode_block); keys stay JSON strings.
+        seen_table=app.Table(
+            "rollup_seen",
+            default=None,
+            partitions=settings.partitions,
+            value_type=bytes,
+        ),
         misplaced=Misplaced(settings.partitions, telemetry.misplaced),
     )
     telemetry.judged_queries.set_function(lambda: len(parts.qrels_table))

@@ -24,6 +24,7 @@ from scorer.stream import limits, run_state
 from scorer.stream.faust_edge import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import rollup_outputs
+from scorer.stream.seen import SeenIndex, split_entries
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def register(parts: StreamParts) -> None:
     seen_table = parts.seen_table
     dedupe = settings.rollup_dedupe_seconds
     next_seen_sweep: dict[int, float] = {}
-    seen = run_state.SeenIndex()
+    seen = SeenIndex()
     telemetry.rollup_seen_ids.set_function(lambda: len(seen))
     rollups_out = edge.writer(rollup_table)
     queries_out = edge.writer(run_queries_table)
@@ -87,7 +88,7 @@ def register(parts: StreamParts) -> None:
         if batch.seen:
             now_ns = time.time_ns()
             budget = settings.producer_max_request_size - limits.SIZE_MARGIN - 1024
-            for n, block in enumerate(run_state.seen_blocks(batch.seen, budget)):
+            for n, block in enumerate(split_entries(batch.seen, budget)):
                 key = run_state.seen_block_key(partition, records[0].offset, now_ns + n)
                 seen_out.set(key, seen.add(partition, key, now, block), partition, outputs)
         for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():

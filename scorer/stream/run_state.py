@@ -15,7 +15,7 @@ counts exact under at-least-once delivery:
 - a result sent twice by its producer (a retry after a timeout: same
   resultId, new offset) is caught by resultId: for ``window`` seconds the run
   remembers where each resultId was counted (a :class:`SeenEntry`, kept in the
-  ``rollup_seen`` table one block per folded batch, :class:`SeenIndex`). The
+  ``rollup_seen`` table one block per folded batch, ``seen.SeenIndex``). The
   block is a separate changelog record from the run state, so an entry counts
   only when the run state includes it (the run's watermark is at or past the
   entry's position): an entry whose run-state write was lost in a crash does
@@ -27,8 +27,7 @@ counts exact under at-least-once delivery:
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -119,7 +118,7 @@ def decode_contributions(raw: bytes) -> list[Contribution]:
 
 
 class SeenEntry(NamedTuple):
-    """Where a run counted a resultId (kept in a ``rollup_seen`` block, :class:`SeenIndex`)."""
+    """Where a run counted a resultId (kept in a ``rollup_seen`` block, ``seen.SeenIndex``)."""
 
     stream: str
     """The input partition, ``topic/partition``."""
@@ -341,137 +340,10 @@ def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:
     return _at_or_below_mark(state, seen.stream, seen.offset, seen.seq)
 
 
-_SEEN_AT = SeenEntry._fields.index("seen_at")
-"""Where ``seen_at`` is in a stored entry (a sweep reads it from millions)."""
-
-
-class SeenIndex:
-    """Where each run counted each resultId in the dedupe window, for the rollup
-    partitions in use, and the ``rollup_seen`` table records that hold them.
-
-    A folded batch's new entries go to the table as one record (a *block*:
-    ``[seenAt, partition, [[seenKey, stream, offset, seq], ...]]``), not one record
-    per result: per-result records were ~20% of the worker's CPU (bench/stream.py
-    with the check off). Lookups are by ``run\x1fresultId`` in memory, so the
-    index is rebuilt from the table (:meth:`rebuild`) after every table recovery
-    (a start, a rebalance), before any batch is folded; blocks expire whole, in
-    the order written, without a scan per sweep. Records of the per-result format
-    written by earlier versions (``[stream, offset, seq, seenAt, partition]`` under
-    the seen key itself) are read as one-entry blocks.
-    """
-
-    def __init__(self) -> None:
-        # Plain tuples, not SeenEntry: the collector stops tracking a tuple of plain
-        # values, but not a named tuple. With one entry per result in the window
-        # (300 s), named tuples made every full collection walk them all: at 16,000
-        # results/s, 120-220 ms pauses every 1.5 s (bench/stream.py, gc callbacks).
-        self._entries: dict[str, tuple[str, int, int, float, int]] = {}
-        # Per rollup partition: its blocks (seenAt, table key, seen keys), oldest first.
-        self._blocks: dict[int, deque[tuple[float, str, list[str]]]] = {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, seen_key: str) -> SeenEntry | None:
-        stored = self._entries.get(seen_key)
-        return None if stored is None else SeenEntry._make(stored)
-
-    def _remember(self, entries: Mapping[str, SeenEntry]) -> None:
-        self._entries.update((seen_key, tuple(entry)) for seen_key, entry in entries.items())
-
-    def rebuild(
-        self, stored: Iterable[tuple[str, Any]], partitions: Container[int] | None = None
-    ) -> None:
-        """Forget everything, then index the table's records (``stored``) of the rollup
-        ``partitions`` (None: all): after every table recovery, before any batch."""
-        self._entries.clear()
-        self._blocks.clear()
-        found: list[tuple[float, int, str, dict[str, SeenEntry]]] = []
-        for key, value in stored:
-            partition = seen_record_partition(value)
-            if partitions is None or partition in partitions:
-                seen_at, partition, entries = decode_seen_record(key, value)
-                found.append((seen_at, partition, key, entries))
-        found.sort(key=lambda block: block[0])
-        for seen_at, partition, key, entries in found:
-            self._remember(entries)  # in write order: a renewed entry wins
-            queue = self._blocks.setdefault(partition, deque())
-            queue.append((seen_at, key, list(entries)))
-
-    def add(
-        self, partition: int, key: str, seen_at: float, entries: Mapping[str, SeenEntry]
-    ) -> list[Any]:
-        """Remember a folded batch's new ``entries`` (recorded at ``seen_at``) as the
-        block stored under ``key``; returns the block's table value."""
-        self._remember(entries)
-        self._blocks.setdefault(partition, deque()).append((seen_at, key, list(entries)))
-        # Tuples (JSON arrays on the changelog) for the reason given in __init__: the
-        # table keeps this value for the window.
-        return [
-            seen_at,
-            partition,
-            [(seen_key, e.stream, e.offset, e.seq) for seen_key, e in entries.items()],
-        ]
-
-    def expired(self, partition: int, before: float) -> list[str]:
-        """Forget ``partition``'s blocks recorded before ``before`` (epoch seconds);
-        returns their table keys. An entry renewed by a later block is kept."""
-        queue = self._blocks.get(partition)
-        keys: list[str] = []
-        while queue and queue[0][0] < before:
-            _, key, seen_keys = queue.popleft()
-            for seen_key in seen_keys:
-                stored = self._entries.get(seen_key)
-                if stored is not None and stored[_SEEN_AT] < before:
-                    del self._entries[seen_key]
-            keys.append(key)
-        return keys
-
-
-def seen_blocks(entries: Mapping[str, SeenEntry], budget: int) -> list[dict[str, SeenEntry]]:
-    """A batch's new seen entries as blocks whose stored value stays within ``budget``
-    bytes (a block is one changelog record: a batch of the rollup topic can bring
-    hundreds of thousands of contributions), in their order."""
-    blocks: list[dict[str, SeenEntry]] = [{}]
-    size = 0
-    for seen_key, entry in entries.items():
-        # As the block stores it: JSON of [seenKey, stream, offset, seq] (escapes
-        # counted), a comma, and room for the block's own fields.
-        entry_size = len(orjson.dumps([seen_key, entry.stream, entry.offset, entry.seq])) + 1
-        if blocks[-1] and size + entry_size > budget - 64:
-            blocks.append({})
-            size = 0
-        blocks[-1][seen_key] = entry
-        size += entry_size
-    return blocks
-
-
 def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
     """Table key of a block: the rollup partition and first offset of its batch, and
     the time, so that a batch folded again (redelivered) writes a block of its own."""
     return f"{partition}:{first_offset}:{now_ns}"
-
-
-def seen_record_partition(stored: Sequence[Any]) -> int:
-    """The rollup partition of a ``rollup_seen`` record, without decoding its entries."""
-    return stored[4] if isinstance(stored[0], str) else stored[1]
-
-
-def decode_seen_record(key: str, stored: Sequence[Any]) -> tuple[float, int, dict[str, SeenEntry]]:
-    """A ``rollup_seen`` record as (seenAt, rollup partition, its entries by seen key):
-    a block, or an entry in the per-result format of earlier versions."""
-    if isinstance(stored[0], str):
-        entry = SeenEntry(*stored)
-        return entry.seen_at, entry.partition, {key: entry}
-    seen_at, partition, rows = stored
-    return (
-        seen_at,
-        partition,
-        {
-            seen_key: SeenEntry(stream, offset, seq, seen_at, partition)
-            for seen_key, stream, offset, seq in rows
-        },
-    )
 
 
 def query_key(run_id: str, query_id: str) -> str:

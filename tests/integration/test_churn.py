@@ -510,6 +510,12 @@ def test_a_broker_frozen_past_the_transaction_timeout_is_ridden_out_in_process(
             partitions=4,
             processing_guarantee=guarantee,
             broker_session_timeout=SESSION_TIMEOUT,
+            # A transaction open whenever the freeze begins, so that it times out and
+            # the producer is fenced: committed at once when caught up (the default),
+            # one was open only between a batch and its commit, and in CI the freeze
+            # once fell between two (nothing to fence, no rebuild to check).
+            commit_interval_seconds=5.0,
+            caught_up_commit_seconds=0.0,
         )
         ensure_topics(settings)
         golden, results = golden_and_results("stall", queries=100, results=3_000, seed=12)

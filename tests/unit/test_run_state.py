@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from scorer.metrics import METRIC_NAMES
 from scorer.stream import run_state
 from scorer.stream.run_state import Contribution, PendingRollups, RunBatch, SourcePosition
+from scorer.stream.seen import Block, SeenIndex, key_hash, split_entries
 
 Placed = Callable[[SourcePosition], Contribution]
 
@@ -143,7 +144,7 @@ def test_seen_entries_name_where_and_when_they_were_counted() -> None:
 
 def expired(entries: dict[str, Any], before: float, partition: int = 0) -> list[str]:
     """What a fresh index (a worker just started) finds due in the table ``entries``."""
-    index = run_state.SeenIndex()
+    index = SeenIndex()
     index.rebuild(entries.items(), {partition})
     return index.expired(partition, before)
 
@@ -226,7 +227,7 @@ def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
         "0:7:1": [12.0, 0, [["run\x1fr2", "results/0", 2, 0]]],  # a block
         "1:3:1": [12.0, 1, [["run\x1fr9", "results/1", 1, 0]]],  # another partition's
     }
-    index = run_state.SeenIndex()
+    index = SeenIndex()
     index.rebuild(table.items(), {0})  # this worker owns rollup partition 0
     assert index.get("a") == run_state.SeenEntry("results/0", 1, 0, 10.0, 0)
     assert index.get("run\x1fr2") == run_state.SeenEntry("results/0", 2, 0, 12.0, 0)
@@ -253,14 +254,18 @@ def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
 def test_a_block_read_back_from_the_changelog_gives_the_same_entries() -> None:
     tables = Tables()
     batch = tables.fold([(record("r1", 0.2), at(5)), (record("r2", 0.4), at(6))], now=77.0)
-    live = run_state.SeenIndex()
+    live = SeenIndex()
     value = live.add(3, "3:0:1", 77.0, batch.seen)
-    stored = orjson.loads(orjson.dumps(value))
-    assert run_state.decode_seen_record("3:0:1", stored) == (77.0, 3, batch.seen)
-    recovered = run_state.SeenIndex()
-    recovered.rebuild({"3:0:1": stored}.items())
+    assert isinstance(value, bytes) and len(value) < 100  # 30 bytes an entry, a header
+    block = Block(value)
+    assert (block.seen_at, block.partition) == (77.0, 3)
+    for seen_key, entry in batch.seen.items():
+        assert block.find(*key_hash(seen_key)) == entry
+    recovered = SeenIndex()
+    recovered.rebuild({"3:0:1": value}.items())
     for seen_key in ("run-a\x1fr1", "run-a\x1fr2"):
         assert recovered.get(seen_key) == live.get(seen_key) == batch.seen[seen_key]
+    assert recovered.get("run-a\x1fr3") is None
 
 
 def test_a_contribution_carries_its_confidence_and_old_wire_records_decode_without() -> None:
@@ -352,15 +357,20 @@ def test_the_facet_cap_is_the_same_offline_and_live() -> None:
 def test_the_seen_window_holds_nothing_the_garbage_collector_walks() -> None:
     # One entry per result for the whole window: tracked objects there made every
     # full collection walk them all (120-220 ms pauses at 16,000 results/s).
-    index = run_state.SeenIndex()
-    entries = {f"run\x1fr{n}": run_state.SeenEntry("results/0", n, 0, 20.0, 0) for n in range(100)}
-    block = index.add(0, "0:0:1", 20.0, entries)
+    index = SeenIndex()
+    gc.collect()
+    before = len(gc.get_objects())
+    for block in range(30):
+        entries = {
+            f"run\x1fr{block}-{n}": run_state.SeenEntry("results/0", n, 0, 20.0, 0)
+            for n in range(1000)
+        }
+        index.add(0, f"0:{block}:1", 20.0 + block, entries)
     del entries
     gc.collect()
-    stored = block[2]
-    assert len(stored) == 100 and not any(gc.is_tracked(entry) for entry in stored)
-    assert not any(gc.is_tracked(entry) for entry in index._entries.values())
-    assert index.get("run\x1fr7") == run_state.SeenEntry("results/0", 7, 0, 20.0, 0)
+    assert len(index) == 30_000
+    assert len(gc.get_objects()) - before < 200  # per block, not per entry
+    assert index.get("run\x1fr7-7") == run_state.SeenEntry("results/0", 7, 0, 27.0, 0)
 
 
 # ---------------------------------------------------------------- the pipeline, end to end
@@ -506,19 +516,21 @@ def test_a_contribution_at_the_schemas_bounds_fits_the_smallest_request_size() -
 def test_a_batchs_seen_entries_are_stored_in_blocks_that_fit_a_record() -> None:
     entries = {
         run_state.query_key("r" * 256, f"{n:05d}" + "x" * 250): run_state.SeenEntry(
-            "results/0", n, 0, 10.0, 1
+            f"results-{n % 3}/{'p' * 200}", n, 0, 10.0, 1
         )
         for n in range(5000)
     }
-    index = run_state.SeenIndex()
-    blocks = run_state.seen_blocks(entries, 1_000_000)
+    index = SeenIndex()
+    blocks = split_entries(entries, 20_000)
     assert len(blocks) > 1
     assert [key for block in blocks for key in block] == list(entries)
     for n, block in enumerate(blocks):
         stored = index.add(1, f"1:0:{n}", 10.0, block)
-        assert len(orjson.dumps(stored)) <= 1_000_000
-    assert len(index) == 5000 and index.get(next(iter(entries))) == entries[next(iter(entries))]
-    assert run_state.seen_blocks({}, 1000) == [{}]
+        assert len(stored) <= 20_000
+    assert len(index) == 5000
+    for seen_key in list(entries)[::97]:
+        assert index.get(seen_key) == entries[seen_key]
+    assert split_entries({}, 1000) == [{}]
 
 
 def test_a_querys_first_answer_is_kept_through_later_answers_and_redeliveries() -> None:
