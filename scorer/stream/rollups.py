@@ -69,19 +69,27 @@ def register(parts: StreamParts) -> None:
         (every run here lives in this partition: the topic is keyed by run)."""
         now = time.time()
         partition = tp.partition
+        decoded = [(record.key, orjson.loads(record.value)) for record in records]
+        load_seen = None
+        if dedupe:
+            # Every row's earlier entry looked up at once (nearly all are new ids).
+            query_key = run_state.query_key
+            load_seen = seen.get_many(
+                query_key(key.decode(), row[4]) for key, rows in decoded for row in rows
+            ).get
         batch = run_state.RunBatch(
             rollups_out.get,
             queries_out.get,
             settings.rollup_max_queries,
-            load_seen=seen.get if dedupe else None,
+            load_seen=load_seen,
             partition=partition,
             now=now,
             history_seconds=settings.run_history_seconds,
             history_buckets=settings.run_history_buckets,
         )
-        for record in records:
-            for row in orjson.loads(record.value):
-                batch.add_row(record.key, row)
+        for key, rows in decoded:
+            for row in rows:
+                batch.add_row(key, row)
         outputs: list[Output] = []
         for key, entry in batch.queries.items():
             queries_out.set(key, entry, partition, outputs)

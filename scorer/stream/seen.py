@@ -37,7 +37,7 @@ BLOCK_VERSION = 2
 """The first byte of a block in the binary format (a JSON block starts with ``[``)."""
 
 ENTRY = np.dtype(
-    [("hi", "<u8"), ("lo", "<u8"), ("offset", "<i8"), ("seq", "<u4"), ("stream", "<u2")]
+    [("hi", "<i8"), ("lo", "<i8"), ("offset", "<i8"), ("seq", "<u4"), ("stream", "<u2")]
 )
 """One entry of a binary block: 30 bytes, packed."""
 
@@ -47,30 +47,49 @@ uint16 length and UTF-8, a uint32 count of entries, the entries."""
 _LENGTH = struct.Struct("<H")
 _COUNT = struct.Struct("<I")
 _MASK = (1 << 64) - 1
+_HALF = 1 << 63
+"""Each 64-bit half is stored less 2^63, as a signed integer: numpy compares and
+searches int64 arrays against Python ints without a conversion (~1 µs saved a lookup)."""
 
 _hash128 = xxhash.xxh3_128_intdigest
 
 
 def key_hash(seen_key: str) -> tuple[int, int]:
-    """The 128-bit hash of a seen key (``run\\x1fresultId``) as (high, low) 64-bit halves."""
-    digest = _hash128(seen_key.encode())
-    return digest >> 64, digest & _MASK
+    """The 128-bit hash of a seen key (``run\x1fresultId``) as its two halves, as stored."""
+    return split_hash(_hash128(seen_key.encode()))
 
 
-def encode_block(seen_at: float, partition: int, entries: Mapping[str, SeenEntry]) -> bytes:
-    """A folded batch's new entries as one ``rollup_seen`` record (version 2)."""
+def split_hash(digest: int) -> tuple[int, int]:
+    return (digest >> 64) - _HALF, (digest & _MASK) - _HALF
+
+
+def encode_block(
+    seen_at: float,
+    partition: int,
+    entries: Mapping[str, SeenEntry],
+    digests: list[int] | None = None,
+) -> bytes:
+    """A folded batch's new entries as one ``rollup_seen`` record (version 2);
+    ``digests``: their keys' 128-bit hashes, when the caller has them."""
+    if digests is None:
+        digests = [_hash128(seen_key.encode()) for seen_key in entries]
+    count = len(digests)
+    values = entries.values()
     streams: dict[str, int] = {}
-    rows = []
-    for seen_key, entry in entries.items():
-        stream = streams.setdefault(entry.stream, len(streams))
-        hi, lo = key_hash(seen_key)
-        rows.append((hi, lo, entry.offset, entry.seq, stream))
+    rows = np.empty(count, ENTRY)
+    rows["hi"] = np.fromiter(((d >> 64) - _HALF for d in digests), np.int64, count)
+    rows["lo"] = np.fromiter(((d & _MASK) - _HALF for d in digests), np.int64, count)
+    rows["offset"] = np.fromiter((e.offset for e in values), np.int64, count)
+    rows["seq"] = np.fromiter((e.seq for e in values), np.uint32, count)
+    rows["stream"] = np.fromiter(
+        (streams.setdefault(e.stream, len(streams)) for e in values), np.uint16, count
+    )
     parts = [_HEADER.pack(BLOCK_VERSION, seen_at, partition, len(streams))]
     for name in streams:
         encoded = name.encode()
         parts += [_LENGTH.pack(len(encoded)), encoded]
-    parts.append(_COUNT.pack(len(rows)))
-    parts.append(np.array(rows, dtype=ENTRY).tobytes())
+    parts.append(_COUNT.pack(count))
+    parts.append(rows.tobytes())
     return b"".join(parts)
 
 
@@ -103,7 +122,7 @@ class Block:
     def find(self, hi: int, lo: int) -> SeenEntry | None:
         """The entry of the key with this hash, None when the block has none."""
         entries = self.entries
-        found = np.flatnonzero((entries["hi"] == np.uint64(hi)) & (entries["lo"] == np.uint64(lo)))
+        found = np.flatnonzero((entries["hi"] == hi) & (entries["lo"] == lo))
         if not len(found):
             return None
         row = entries[found[-1]]
@@ -185,8 +204,8 @@ class SeenIndex:
         self._clear()
 
     def _clear(self) -> None:
-        self._hi = np.empty(0, np.uint64)
-        self._lo = np.empty(0, np.uint64)
+        self._hi = np.empty(0, np.int64)
+        self._lo = np.empty(0, np.int64)
         self._number = np.empty(0, np.int32)
         self._recent: dict[int, int] = {}
         """128-bit hash -> block number, of the entries added since the last merge."""
@@ -209,33 +228,51 @@ class SeenIndex:
     def get(self, seen_key: str) -> SeenEntry | None:
         digest = _hash128(seen_key.encode())
         number = self._recent.get(digest)
-        hi, lo = digest >> 64, digest & _MASK
+        hi, lo = split_hash(digest)
         if number is None:
             his = self._hi
-            at = int(np.searchsorted(his, np.uint64(hi)))
+            at, end = his.searchsorted(hi), len(his)
             # Equal high halves are rare (2^-64 a pair): the last match is the newest.
-            while at < len(his) and int(his[at]) == hi:
-                if int(self._lo[at]) == lo:
-                    number = int(self._number[at])
+            while at < end and his.item(at) == hi:
+                if self._lo.item(at) == lo:
+                    number = self._number.item(at)
                 at += 1
-        if number is None or not self._alive[number]:
+        if number is None or not self._alive.item(number):
             return None
         cached = self._decoded
         if cached is None or cached[0] != number:
             cached = self._decoded = (number, Block(self._blocks[number][3]))
         return cached[1].find(hi, lo)
 
+    def get_many(self, seen_keys: Iterable[str]) -> dict[str, SeenEntry]:
+        """:meth:`get` of many keys at once (a folded batch's), as a dict of those
+        found: one vectorised search instead of one per key (~0.7 against ~2.6 µs a
+        key, nearly all of them absent)."""
+        keys = list(seen_keys)
+        digests = [_hash128(key.encode()) for key in keys]
+        found: dict[str, SeenEntry] = {}
+        candidates = [n for n, digest in enumerate(digests) if digest in self._recent]
+        his = self._hi
+        if len(his) and keys:
+            wanted = np.fromiter(((d >> 64) - _HALF for d in digests), np.int64, len(keys))
+            at = np.minimum(his.searchsorted(wanted), len(his) - 1)
+            candidates += np.flatnonzero(his[at] == wanted).tolist()
+        for n in candidates:
+            entry = self.get(keys[n])
+            if entry is not None:
+                found[keys[n]] = entry
+        return found
+
     def add(
         self, partition: int, key: str, seen_at: float, entries: Mapping[str, SeenEntry]
     ) -> bytes:
         """Remember a folded batch's new ``entries`` (recorded at ``seen_at``) as the
         block stored under ``key``; returns the block's table value."""
-        value = encode_block(seen_at, partition, entries)
+        digests = [_hash128(seen_key.encode()) for seen_key in entries]
+        value = encode_block(seen_at, partition, entries, digests)
         number = self._register(partition, key, seen_at, value)
-        recent = self._recent
-        for seen_key in entries:
-            recent[_hash128(seen_key.encode())] = number
-        if len(recent) >= self.merge_at:
+        self._recent.update(dict.fromkeys(digests, number))
+        if len(self._recent) >= self.merge_at:
             self._merge()
         return value
 
@@ -256,8 +293,8 @@ class SeenIndex:
         if not recent:
             return
         count = len(recent)
-        his = np.fromiter((d >> 64 for d in recent), np.uint64, count)
-        los = np.fromiter((d & _MASK for d in recent), np.uint64, count)
+        his = np.fromiter(((d >> 64) - _HALF for d in recent), np.int64, count)
+        los = np.fromiter(((d & _MASK) - _HALF for d in recent), np.int64, count)
         numbers = np.fromiter(recent.values(), np.int32, count)
         self._recent = {}
         order = np.argsort(his, kind="stable")

@@ -84,8 +84,11 @@ def test_the_index_answers_as_a_dict_would_through_merges_expiry_and_rebuilds(se
             index = SeenIndex()
             index.MIN_MERGE = rng.choice([1, 3, 50])
             index.rebuild(table.items())
-        for probe in rng.sample(keys[0] + keys[1], 40):
+        probes = rng.sample(keys[0] + keys[1], 40)
+        for probe in probes:
             assert index.get(probe) == model.get(probe), (seed, step, probe)
+        expected = {probe: model.get(probe) for probe in probes}
+        assert index.get_many(probes) == {k: v for k, v in expected.items() if v is not None}
     owned = {1}
     rebuilt = SeenIndex()
     rebuilt.rebuild(table.items(), owned)
