@@ -31,7 +31,7 @@ from scorer.settings import Settings
 from scorer.stream import faust_edge, parking, qrels, rollups, watch
 from scorer.stream.parts import StreamParts
 from scorer.stream.placement import Misplaced
-from scorer.stream.results import ResultBatches
+from scorer.stream.results import ResultBatches, Scoring
 from scorer.stream.telemetry import Telemetry
 from scorer.stream.web import register_views
 
@@ -173,10 +173,22 @@ def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) 
             value_type=bytes,
         ),
         misplaced=Misplaced(settings.partitions, telemetry.misplaced),
+        scoring=Scoring(settings, telemetry),
     )
     telemetry.judged_queries.set_function(lambda: len(parts.qrels_table))
 
-    edge.route(parts.results_topic, ResultBatches(parts))
+    edge.route(
+        parts.results_topic,
+        ResultBatches(
+            settings,
+            telemetry,
+            qrels=edge.writer(parts.qrels_table),
+            parked=edge.writer(parts.parked_table),
+            scoring=parts.scoring,
+            parked_count=parts.parked,
+            misplaced=parts.misplaced,
+        ),
+    )
     qrels.register(parts)
     parking.register(parts)
     rollups.register(parts)

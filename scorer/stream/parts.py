@@ -11,30 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scorer.settings import Settings
-from scorer.stream import run_state
 from scorer.stream.faust_edge import Edge
 from scorer.stream.placement import Misplaced
+from scorer.stream.results import ParkedCount, Scoring
 from scorer.stream.telemetry import Telemetry
-
-
-class ParkedCount:
-    """How many results wait in this worker's parking now (a plain counter: the
-    results path adds, the qrels and expiry paths take away, the sweep resets it
-    from the table)."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def full(self, limit: int) -> bool:
-        return self.value >= limit
-
-    def add(self, n: int) -> int:
-        self.value += n
-        return self.value
-
-    def reset(self, value: int) -> int:
-        self.value = value
-        return value
 
 
 @dataclass
@@ -56,8 +36,10 @@ class StreamParts:
     run_queries_table: Any
     seen_table: Any
     misplaced: Misplaced
+    scoring: Scoring
+    """Scores results and queues their run contributions (the results batches' and the
+    qrels agent's releases)."""
     parked: ParkedCount = field(default_factory=ParkedCount)
-    pending: run_state.PendingRollups = field(default_factory=run_state.PendingRollups)
     expiring: dict[str, float] = field(default_factory=dict)
     """Queries whose expiry command is on its way, and when it was sent (epoch seconds;
     sent again if the query is still parked long after)."""

@@ -25,7 +25,7 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 
 from scorer.stream.events import DEADLETTER_HEADER_PREFIX
-from scorer.stream.faust_edge import Output
+from scorer.stream.outputs import Output
 
 logger = logging.getLogger(__name__)
 

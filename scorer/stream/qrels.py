@@ -14,7 +14,6 @@ import orjson
 
 from scorer.stream import events, limits, run_state
 from scorer.stream.parts import StreamParts
-from scorer.stream.results import deadletter_output, rollup_outputs, scored_output
 
 
 def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size: int) -> None:
@@ -34,7 +33,7 @@ def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size:
 
 def register(parts: StreamParts) -> None:
     """The agent of the qrels topic."""
-    app, edge, telemetry = parts.app, parts.edge, parts.telemetry
+    app, edge, telemetry, scoring = parts.app, parts.edge, parts.telemetry, parts.scoring
     qrels_table, parked_table = parts.qrels_table, parts.parked_table
 
     @app.agent(parts.qrels_topic, concurrency=1)
@@ -60,8 +59,8 @@ def register(parts: StreamParts) -> None:
                 entry = events.golden_entry(golden)
                 check_entry_fits(message.key, entry, parts.settings.producer_max_request_size)
             except events.RejectedEvent as error:
-                output = deadletter_output(
-                    parts, error, "qrels", message.topic, message.partition, message.offset,
+                output = scoring.deadletter(
+                    error, "qrels", message.topic, message.partition, message.offset,
                     message.key, message.value, message.headers,
                 )  # fmt: skip
                 await edge.send(output, message)
@@ -76,13 +75,13 @@ def register(parts: StreamParts) -> None:
                 position = run_state.SourcePosition(
                     message.topic, message.partition, message.offset, seq
                 )
-                await edge.send(scored_output(parts, result, entry, started, position), message)
+                await edge.send(scoring.output(result, entry, started, position), message)
             # The released results' contributions reach the broker before the parked
             # entry's tombstone is written: if this event is redelivered (a crash before
             # its commit), the entry is still there to release them again, at the same
             # positions (the fold drops the copies). The other way round, a crash
             # between the two lost them from the run rollups under at-least-once.
-            await edge.send_all(rollup_outputs(parts, force=True))
+            await edge.send_all(scoring.rollup_outputs(force=True))
             if not await edge.delivered():
                 continue  # no commit comes after a lost record: the event comes again
             parked_table.pop(golden.query_id, None)

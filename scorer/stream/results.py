@@ -15,109 +15,162 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from faust.types import TP
-
 from schemas import RetrievalResult
+from scorer.settings import Settings
 from scorer.stream import events, limits, run_state
-from scorer.stream.faust_edge import Output
-from scorer.stream.parts import StreamParts
+from scorer.stream.outputs import Output, Source, TableWriter
+from scorer.stream.placement import Misplaced
+from scorer.stream.telemetry import Telemetry
 
 
-def scored_output(
-    parts: StreamParts,
-    result: RetrievalResult,
-    entry: dict[str, Any],
-    started: float,
-    position: run_state.SourcePosition,
-    scored_at: str | None = None,
-    counted: bool = True,
-) -> Output:
-    """Score ``result`` against its qrels entry: its scored record, with the run
-    rollup contribution queued and the telemetry observed. ``scored_at``: its
-    ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``: False
-    when the caller counts the scored results itself (a batch, at once)."""
-    scored = events.score_result(result, entry, parts.settings.default_retrieval_k, scored_at)
-    confidence = result.top_confidence()
-    parts.pending.add_row(
-        result.run_id.encode(),
-        run_state.contribution_row(
-            position.topic,
-            position.partition,
-            position.offset,
-            position.seq,
-            result.result_id,
-            result.query_id,
-            list(scored.values),
-            scored.facets,
-            confidence,
-            entry["fingerprint"],
-        ),
-        started,
-    )
-    telemetry = parts.telemetry
-    if counted:
-        telemetry.scored.inc()
-    telemetry.observe_metrics(scored.values, scored.facets, confidence)
-    telemetry.latency.observe(time.perf_counter() - started)
-    return Output(parts.settings.scored_topic, result.query_id.encode(), scored.payload)
+class ParkedCount:
+    """How many results wait in this worker's parking now (a plain counter: the
+    results path adds, the qrels and expiry paths take away, the sweep resets it
+    from the table)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def full(self, limit: int) -> bool:
+        return self.value >= limit
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    def reset(self, value: int) -> int:
+        self.value = value
+        return value
 
 
-def rollup_outputs(parts: StreamParts, force: bool = False) -> list[Output]:
-    """The pending rollup contributions as records of the rollup topic, one per input
-    partition and run, when the flush rule says so (or ``force``); each goes in the
-    transaction of the input partition that produced it."""
-    pending = parts.pending
-    settings = parts.settings
-    if not pending.size:
-        return []
-    if not force and not pending.due(
-        time.perf_counter(), settings.rollup_batch_size, settings.rollup_batch_seconds
-    ):
-        return []
-    return [
-        Output(settings.rollup_topic, run_key, value, source=TP(source.topic, source.partition))
-        for source, run_key, value in pending.drain(settings.producer_max_request_size)
-    ]
+class Scoring:
+    """Scores results against their qrels entries and queues their run contributions;
+    shared by the results batches and the qrels agent's releases."""
 
+    def __init__(
+        self,
+        settings: Settings,
+        telemetry: Telemetry,
+        pending: run_state.PendingRollups | None = None,
+    ) -> None:
+        self.settings = settings
+        self.telemetry = telemetry
+        self.pending = run_state.PendingRollups() if pending is None else pending
 
-def deadletter_output(
-    parts: StreamParts,
-    error: events.RejectedEvent,
-    input_name: str,
-    topic: str,
-    partition: int,
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Any,
-) -> Output:
-    """The dead letter of an input record, with the reason in its headers (counted);
-    truncated, with headers saying so, when it would not fit the producer's request
-    size (``limits.fit_deadletter``)."""
-    parts.telemetry.count_deadletter(input_name, error.error_class)
-    letter = limits.fit_deadletter(
-        key,
-        value,
-        list(headers or []),
-        events.deadletter_headers(error, topic, partition, offset),
-        parts.settings.producer_max_request_size,
-    )
-    if letter.truncated:
-        parts.telemetry.deadletters_truncated.labels(input_name).inc()
-    return Output(parts.settings.deadletter_topic, letter.key, letter.value, letter.headers)
+    def output(
+        self,
+        result: RetrievalResult,
+        entry: dict[str, Any],
+        started: float,
+        position: run_state.SourcePosition,
+        scored_at: str | None = None,
+        counted: bool = True,
+    ) -> Output:
+        """Score ``result`` against its qrels entry: its scored record, with the run
+        rollup contribution queued and the telemetry observed. ``scored_at``: its
+        ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``:
+        False when the caller counts the scored results itself (a batch, at once)."""
+        settings = self.settings
+        scored = events.score_result(result, entry, settings.default_retrieval_k, scored_at)
+        confidence = result.top_confidence()
+        self.pending.add_row(
+            result.run_id.encode(),
+            run_state.contribution_row(
+                position.topic,
+                position.partition,
+                position.offset,
+                position.seq,
+                result.result_id,
+                result.query_id,
+                list(scored.values),
+                scored.facets,
+                confidence,
+                entry["fingerprint"],
+            ),
+            started,
+        )
+        telemetry = self.telemetry
+        if counted:
+            telemetry.scored.inc()
+        telemetry.observe_metrics(scored.values, scored.facets, confidence)
+        telemetry.latency.observe(time.perf_counter() - started)
+        return Output(settings.scored_topic, result.query_id.encode(), scored.payload)
+
+    def rollup_outputs(self, force: bool = False) -> list[Output]:
+        """The pending rollup contributions as records of the rollup topic, one per input
+        partition and run, when the flush rule says so (or ``force``); each goes in the
+        transaction of the input partition that produced it."""
+        pending = self.pending
+        settings = self.settings
+        if not pending.size:
+            return []
+        if not force and not pending.due(
+            time.perf_counter(), settings.rollup_batch_size, settings.rollup_batch_seconds
+        ):
+            return []
+        return [
+            Output(
+                settings.rollup_topic, run_key, value, source=Source(source.topic, source.partition)
+            )
+            for source, run_key, value in pending.drain(settings.producer_max_request_size)
+        ]
+
+    def deadletter(
+        self,
+        error: events.RejectedEvent,
+        input_name: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+    ) -> Output:
+        """The dead letter of an input record, with the reason in its headers (counted);
+        truncated, with headers saying so, when it would not fit the producer's request
+        size (``limits.fit_deadletter``)."""
+        self.telemetry.count_deadletter(input_name, error.error_class)
+        settings = self.settings
+        letter = limits.fit_deadletter(
+            key,
+            value,
+            list(headers or []),
+            events.deadletter_headers(error, topic, partition, offset),
+            settings.producer_max_request_size,
+        )
+        if letter.truncated:
+            self.telemetry.deadletters_truncated.labels(input_name).inc()
+        return Output(settings.deadletter_topic, letter.key, letter.value, letter.headers)
 
 
 class ResultBatches:
-    """The batch handler of the results topic."""
+    """The batch handler of the results topic: ``qrels`` and ``parked`` are the two
+    tables it reads and writes (the Faust edge's changelog writers in the worker,
+    ``outputs.MemoryTable`` in tests)."""
 
-    def __init__(self, parts: StreamParts) -> None:
-        self.parts = parts
-        self.parked_out = parts.edge.writer(parts.parked_table)
-        self.qrels = parts.edge.writer(parts.qrels_table)
+    def __init__(
+        self,
+        settings: Settings,
+        telemetry: Telemetry,
+        qrels: TableWriter,
+        parked: TableWriter,
+        scoring: Scoring | None = None,
+        parked_count: ParkedCount | None = None,
+        misplaced: Misplaced | None = None,
+    ) -> None:
+        self.settings = settings
+        self.telemetry = telemetry
+        self.qrels = qrels
+        self.parked_out = parked
+        self.scoring = Scoring(settings, telemetry) if scoring is None else scoring
+        self.parked = ParkedCount() if parked_count is None else parked_count
+        self.misplaced = (
+            Misplaced(settings.partitions, telemetry.misplaced) if misplaced is None else misplaced
+        )
 
-    def __call__(self, tp: TP, records: list[Any]) -> list[Output]:
-        parts = self.parts
-        telemetry = parts.telemetry
+    def __call__(self, tp: Any, records: list[Any]) -> list[Output]:
+        telemetry = self.telemetry
+        scoring = self.scoring
         qrels = self.qrels
         started = time.perf_counter()
         now = time.time()
@@ -126,10 +179,11 @@ class ResultBatches:
         outputs: list[Output] = []
         parked: dict[str, list[events.ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
-        misplaced = parts.misplaced
+        misplaced = self.misplaced
+        topic, partition = tp.topic, tp.partition
         for record in records:
             rerouted = misplaced.copy_if_misplaced(
-                tp.topic, tp.partition, record.offset, record.key, record.value, record.headers
+                topic, partition, record.offset, record.key, record.value, record.headers
             )
             if rerouted is not None:
                 outputs.append(rerouted)
@@ -138,8 +192,8 @@ class ResultBatches:
                 result = events.decode_keyed(events.decode_result, record.key, record.value)
             except events.RejectedEvent as error:
                 outputs.append(
-                    deadletter_output(
-                        parts, error, "results", tp.topic, tp.partition, record.offset,
+                    scoring.deadletter(
+                        error, "results", topic, partition, record.offset,
                         record.key, record.value, record.headers,
                     )
                 )  # fmt: skip
@@ -148,18 +202,16 @@ class ResultBatches:
                 telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
             entry = qrels.get(result.query_id)
             if entry is not None:
-                position = run_state.SourcePosition(tp.topic, tp.partition, record.offset)
-                outputs.append(
-                    scored_output(parts, result, entry, started, position, scored_at, False)
-                )
+                position = run_state.SourcePosition(topic, partition, record.offset)
+                outputs.append(scoring.output(result, entry, started, position, scored_at, False))
                 scored += 1
                 continue
-            self._park(result, record.value, tp.partition, now, parked)
+            self._park(result, record.value, partition, now, parked)
         if scored:
             telemetry.scored.inc(scored)
         for query_id, items in parked.items():
-            self.parked_out.set(query_id, items, tp.partition, outputs)
-        outputs.extend(rollup_outputs(parts))
+            self.parked_out.set(query_id, items, partition, outputs)
+        outputs.extend(scoring.rollup_outputs())
         return outputs
 
     def _park(
@@ -172,10 +224,9 @@ class ResultBatches:
     ) -> None:
         """Park a result whose qrels have not arrived (into ``parked``, written to the
         table once per query at the end of the batch)."""
-        parts = self.parts
-        settings = parts.settings
-        telemetry = parts.telemetry
-        if parts.parked.full(settings.parking_max_total):
+        settings = self.settings
+        telemetry = self.telemetry
+        if self.parked.full(settings.parking_max_total):
             telemetry.count_unjudged()
             return
         query_id = result.query_id
@@ -194,6 +245,6 @@ class ResultBatches:
             return
         parked[query_id] = decision.parked
         telemetry.parked_total.inc()
-        telemetry.parked.set(parts.parked.add(1 - len(decision.evicted)))
+        telemetry.parked.set(self.parked.add(1 - len(decision.evicted)))
         if decision.evicted:
             telemetry.count_unjudged(len(decision.evicted))

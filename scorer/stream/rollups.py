@@ -15,37 +15,38 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Container, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from scorer.settings import Settings
 from scorer.stream import limits, run_state
-from scorer.stream.faust_edge import Output
+from scorer.stream.outputs import Output, TableWriter
 from scorer.stream.parts import StreamParts
-from scorer.stream.results import rollup_outputs
 from scorer.stream.seen import SeenIndex, split_entries
+from scorer.stream.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 
 
 def register(parts: StreamParts) -> None:
     """The flush before every commit, and the batch handler of the rollup topic."""
-    settings, telemetry, edge = parts.settings, parts.telemetry, parts.edge
-    rollup_table, run_queries_table = parts.rollup_table, parts.run_queries_table
+    settings, edge = parts.settings, parts.edge
     seen_table = parts.seen_table
-    dedupe = settings.rollup_dedupe_seconds
-    next_seen_sweep: dict[int, float] = {}
-    seen = SeenIndex()
-    telemetry.rollup_seen_ids.set_function(lambda: len(seen))
-    rollups_out = edge.writer(rollup_table)
-    queries_out = edge.writer(run_queries_table)
-    seen_out = edge.writer(seen_table)
+    fold = RollupFold(
+        settings,
+        parts.telemetry,
+        rollups=edge.writer(parts.rollup_table),
+        queries=edge.writer(parts.run_queries_table),
+        seen=edge.writer(seen_table),
+    )
 
     async def flush_pending() -> None:
         # One call: drained and queued for the producer at once, so no contribution
         # drained later (by a batch scored while this flush waits) overtakes them.
-        await edge.send_all(rollup_outputs(parts, force=True))
+        await edge.send_all(parts.scoring.rollup_outputs(force=True))
 
     edge.before_commit(flush_pending)
 
@@ -53,33 +54,69 @@ def register(parts: StreamParts) -> None:
     async def index_seen_ids() -> None:
         """After every recovery (a start, a rebalance) and before any batch: the seen
         ids of the rollup partitions this worker now owns, as the table holds them."""
-        if not dedupe:
+        fold.reindex(seen_table.data.items(), edge.owned_partitions(settings.rollup_topic))
+
+    # No reader waits for a fold (the run API reads between them): results go first.
+    edge.route(parts.rollup_topic, fold, background=True)
+
+
+class RollupFold:
+    """The batch handler of the rollup topic: a fetched batch of one rollup partition
+    folded into its runs' states, per-query entries and dedupe window (the tables
+    ``rollups``, ``queries`` and ``seen``: the Faust edge's changelog writers in the
+    worker, ``outputs.MemoryTable`` in tests). ``clock``: epoch seconds."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        telemetry: Telemetry,
+        rollups: TableWriter,
+        queries: TableWriter,
+        seen: TableWriter,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.telemetry = telemetry
+        self.rollups_out = rollups
+        self.queries_out = queries
+        self.seen_out = seen
+        self.clock = clock
+        self.window = SeenIndex()
+        self._next_sweep: dict[int, float] = {}
+        self._last_block_ns = 0
+        telemetry.rollup_seen_ids.set_function(lambda: len(self.window))
+
+    def reindex(self, stored: Iterable[tuple[str, Any]], owned: Container[int]) -> None:
+        """The dedupe window of the rollup partitions ``owned``, from the ``seen``
+        table's records ``stored``: after every recovery, before any batch."""
+        if not self.settings.rollup_dedupe_seconds:
             return
         started = time.perf_counter()
-        owned = edge.owned_partitions(settings.rollup_topic)
-        seen.rebuild(seen_table.data.items(), owned)
+        self.window.rebuild(stored, owned)
         logger.info(
             "Seen ids of rollup partitions %s indexed: %d in %.2f s",
-            sorted(owned), len(seen), time.perf_counter() - started,
+            sorted(owned), len(self.window), time.perf_counter() - started,
         )  # fmt: skip
 
-    def roll_up(tp: Any, records: list[Any]) -> list[Output]:
+    def __call__(self, tp: Any, records: list[Any]) -> list[Output]:
         """Fold a fetched batch of one rollup partition into its runs' states: each
         run's state, query entries and seen ids are read and written once per batch
         (every run here lives in this partition: the topic is keyed by run)."""
-        now = time.time()
+        settings, telemetry, window = self.settings, self.telemetry, self.window
+        dedupe = settings.rollup_dedupe_seconds
+        now = self.clock()
         partition = tp.partition
         decoded = [(record.key, orjson.loads(record.value)) for record in records]
         load_seen = None
         if dedupe:
             # Every row's earlier entry looked up at once (nearly all are new ids).
             query_key = run_state.query_key
-            load_seen = seen.get_many(
+            load_seen = window.get_many(
                 query_key(key.decode(), row[4]) for key, rows in decoded for row in rows
             ).get
         batch = run_state.RunBatch(
-            rollups_out.get,
-            queries_out.get,
+            self.rollups_out.get,
+            self.queries_out.get,
             settings.rollup_max_queries,
             load_seen=load_seen,
             partition=partition,
@@ -92,15 +129,19 @@ def register(parts: StreamParts) -> None:
                 batch.add_row(key, row)
         outputs: list[Output] = []
         for key, entry in batch.queries.items():
-            queries_out.set(key, entry, partition, outputs)
+            self.queries_out.set(key, entry, partition, outputs)
         if batch.seen:
-            now_ns = time.time_ns()
+            # Block keys carry the time, so that a batch folded again (redelivered)
+            # writes a block of its own; nanoseconds, strictly increasing.
+            now_ns = self._last_block_ns = max(int(now * 1e9), self._last_block_ns + 1)
             budget = settings.producer_max_request_size - limits.SIZE_MARGIN - 1024
             for n, block in enumerate(split_entries(batch.seen, budget)):
                 key = run_state.seen_block_key(partition, records[0].offset, now_ns + n)
-                seen_out.set(key, seen.add(partition, key, now, block), partition, outputs)
+                value = window.add(partition, key, now, block)
+                self.seen_out.set(key, value, partition, outputs)
+            self._last_block_ns += n
         for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():
-            rollups_out.set(key, state, partition, outputs)
+            self.rollups_out.set(key, state, partition, outputs)
         if batch.duplicates:
             telemetry.rollup_duplicates.inc(batch.duplicates)
         if batch.resent:
@@ -108,12 +149,10 @@ def register(parts: StreamParts) -> None:
         if dedupe:
             # The first sweep of a partition waits a period too: at a start the worker
             # has a backlog to score first, and nothing recovered is due before then.
-            due = next_seen_sweep.setdefault(partition, now + max(1.0, dedupe / 4))
+            period = max(1.0, dedupe / 4)
+            due = self._next_sweep.setdefault(partition, now + period)
             if now >= due:
-                next_seen_sweep[partition] = now + max(1.0, dedupe / 4)
-                for key in seen.expired(partition, now - dedupe):
-                    seen_out.delete(key, partition, outputs)
+                self._next_sweep[partition] = now + period
+                for key in window.expired(partition, now - dedupe):
+                    self.seen_out.delete(key, partition, outputs)
         return outputs
-
-    # No reader waits for a fold (the run API reads between them): results go first.
-    edge.route(parts.rollup_topic, roll_up, background=True)

@@ -192,10 +192,8 @@ def test_a_golden_query_whose_table_entry_cannot_fit_a_changelog_record_is_refus
 
 
 def test_a_truncated_dead_letter_is_counted_by_input() -> None:
-    from types import SimpleNamespace
-
     from scorer.settings import Settings
-    from scorer.stream.results import deadletter_output
+    from scorer.stream.results import Scoring
     from scorer.stream.telemetry import Telemetry
 
     settings = Settings(
@@ -204,10 +202,10 @@ def test_a_truncated_dead_letter_is_counted_by_input() -> None:
         parking_max_bytes_per_query=80_000,
     )
     telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
-    parts = SimpleNamespace(settings=settings, telemetry=telemetry)
+    scoring = Scoring(settings, telemetry)
     error = events.RejectedEvent("InvalidJson", "not JSON")
     for value in (b"{" * 10, b"{" * 200_000):
-        output = deadletter_output(parts, error, "results", "results", 0, 7, b"q", value, [])
+        output = scoring.deadletter(error, "results", "results", 0, 7, b"q", value, [])
     assert len(output.value) < 100_000
     sample = telemetry.registry.get_sample_value
     assert sample("scorer_deadletters_truncated_total", {"topic": "results"}) == 1

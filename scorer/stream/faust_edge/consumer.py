@@ -57,6 +57,7 @@ from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.recovery import Recovery, is_recoverable
 from scorer.stream.faust_edge.sending import Appender
 from scorer.stream.faust_edge.stopping import GracefulStop
+from scorer.stream.outputs import Output
 
 logger = logging.getLogger(__name__)
 
@@ -104,21 +105,6 @@ def delivery_order(
     ordered = [item for turn in itertools.zip_longest(*queues) for item in turn if item]
     ordered.extend((tp, b) for tp, b in batches.items() if tp.topic in background)
     return ordered
-
-
-class Output(NamedTuple):
-    """A record a batch handler produced."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
-    source: TP | None = None
-    """The input partition whose transaction it belongs in (None: the batch's own)."""
-    partition: int | None = None
-    """The destination partition (None: the topic's partitioner decides)."""
-    on_sent: Callable[[Any], None] | None = None
-    """Called with the send's future once the broker answered."""
 
 
 class BatchHandler(Protocol):
