@@ -76,4 +76,11 @@ class MemoryTable:
 
 
 def _encode(obj: Any) -> bytes:
-    return obj if isinstance(obj, bytes) else orjson.dumps(obj)
+    return obj if isinstance(obj, bytes) else orjson.dumps(obj, default=_as_list)
+
+
+def _as_list(obj: Any) -> Any:
+    """Named tuples (a parked item) as JSON arrays, as Faust's codec writes them."""
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")

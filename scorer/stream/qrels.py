@@ -13,7 +13,9 @@ from typing import Any
 import orjson
 
 from scorer.stream import events, limits, run_state
+from scorer.stream.outputs import Output
 from scorer.stream.parts import StreamParts
+from scorer.stream.results import Scoring
 
 
 def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size: int) -> None:
@@ -70,12 +72,9 @@ def register(parts: StreamParts) -> None:
             waiting = events.parked_items(parked_table.get(golden.query_id))
             if not waiting:
                 continue
-            for seq, item in enumerate(waiting):
-                result = events.decode_result(item.raw.encode())
-                position = run_state.SourcePosition(
-                    message.topic, message.partition, message.offset, seq
-                )
-                await edge.send(scoring.output(result, entry, started, position), message)
+            source = (message.topic, message.partition, message.offset)
+            for output in release(scoring, waiting, entry, *source, started):
+                await edge.send(output, message)
             # The released results' contributions reach the broker before the parked
             # entry's tombstone is written: if this event is redelivered (a crash before
             # its commit), the entry is still there to release them again, at the same
@@ -86,3 +85,26 @@ def register(parts: StreamParts) -> None:
                 continue  # no commit comes after a lost record: the event comes again
             parked_table.pop(golden.query_id, None)
             telemetry.parked.set(parts.parked.add(-len(waiting)))
+
+
+def release(
+    scoring: Scoring,
+    waiting: list[events.ParkedItem],
+    entry: dict[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    started: float,
+) -> list[Output]:
+    """The scored records of the results parked for a query, released by its qrels
+    event at ``topic/partition/offset``: the n-th at that position with seq n, so that
+    a redelivered event releases them at the same positions (the fold drops copies)."""
+    return [
+        scoring.output(
+            events.decode_result(item.raw.encode()),
+            entry,
+            started,
+            run_state.SourcePosition(topic, partition, offset, seq),
+        )
+        for seq, item in enumerate(waiting)
+    ]

@@ -106,6 +106,17 @@ class RollupFold:
         dedupe = settings.rollup_dedupe_seconds
         now = self.clock()
         partition = tp.partition
+        outputs: list[Output] = []
+        if dedupe:
+            # Expired blocks go before this batch is looked up in the window. The first
+            # sweep of a partition waits a period too: at a start the worker has a
+            # backlog to score first, and nothing recovered is due before then.
+            period = max(1.0, dedupe / 4)
+            due = self._next_sweep.setdefault(partition, now + period)
+            if now >= due:
+                self._next_sweep[partition] = now + period
+                for key in window.expired(partition, now - dedupe):
+                    self.seen_out.delete(key, partition, outputs)
         decoded = [(record.key, orjson.loads(record.value)) for record in records]
         load_seen = None
         if dedupe:
@@ -127,7 +138,6 @@ class RollupFold:
         for key, rows in decoded:
             for row in rows:
                 batch.add_row(key, row)
-        outputs: list[Output] = []
         for key, entry in batch.queries.items():
             self.queries_out.set(key, entry, partition, outputs)
         if batch.seen:
@@ -146,13 +156,4 @@ class RollupFold:
             telemetry.rollup_duplicates.inc(batch.duplicates)
         if batch.resent:
             telemetry.rollup_resent.inc(batch.resent)
-        if dedupe:
-            # The first sweep of a partition waits a period too: at a start the worker
-            # has a backlog to score first, and nothing recovered is due before then.
-            period = max(1.0, dedupe / 4)
-            due = self._next_sweep.setdefault(partition, now + period)
-            if now >= due:
-                self._next_sweep[partition] = now + period
-                for key in window.expired(partition, now - dedupe):
-                    self.seen_out.delete(key, partition, outputs)
         return outputs

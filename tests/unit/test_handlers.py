@@ -1,0 +1,226 @@
+"""The results handler, the qrels release and the rollup fold, run without a broker
+(``scorer.stream.testing.Pipeline``): the join, parking, dead letters and the fold,
+through redeliveries, resends, crashes and lost table writes. Every run document is
+checked against the scored records themselves, each result once."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pytest
+
+from schemas import GoldenQuery, RetrievalResult
+from scorer.demo import DemoTraffic
+from scorer.metrics import retrieval_metrics
+from scorer.stream.seen import Block
+from scorer.stream.testing import Pipeline, Record
+
+WIRE = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
+
+
+def traffic(results: int = 90, seed: int = 5) -> tuple[list[GoldenQuery], list[RetrievalResult]]:
+    demo = DemoTraffic.generate(queries=25, unjudged_share=0.0, seed=seed)
+    return demo.golden, list(demo.results(limit=results))
+
+
+def expected_runs(pipeline: Pipeline, results: list[RetrievalResult]) -> dict[str, dict]:
+    """Per run: the count of its distinct results and the mean of each metric over
+    them, from the scored records (the first copy of each resultId)."""
+    first: dict[str, dict] = {}
+    for scored in pipeline.scored():
+        first.setdefault(scored["resultId"], scored)
+    wanted = {result.result_id for result in results}
+    runs: dict[str, list[dict]] = {}
+    for result_id, scored in first.items():
+        if result_id in wanted:
+            runs.setdefault(scored["runId"], []).append(scored["retrievalMetrics"])
+    return {
+        run: {
+            "count": len(values),
+            "metrics": {name: math.fsum(v[name] for v in values) / len(values) for name in WIRE},
+        }
+        for run, values in runs.items()
+    }
+
+
+def assert_runs_count_each_result_once(pipeline: Pipeline, results: list[RetrievalResult]) -> None:
+    expected = expected_runs(pipeline, results)
+    assert {r.run_id for r in results} == set(expected)
+    for run, want in expected.items():
+        document = pipeline.run(run)
+        assert document is not None, run
+        assert document["count"] == want["count"], run
+        for name in WIRE:
+            assert document["metrics"][name] == pytest.approx(want["metrics"][name], abs=1e-12)
+
+
+def test_results_are_joined_with_their_qrels_scored_and_counted_once() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    pipeline.fold()
+    qrels = {query.query_id: query.qrels for query in golden}
+    scored = {record["resultId"]: record for record in pipeline.scored()}
+    assert set(scored) == {result.result_id for result in results}
+    for result in results:
+        metrics = retrieval_metrics(
+            result.ranked, qrels[result.query_id], scored[result.result_id]["k"]
+        )
+        assert scored[result.result_id]["retrievalMetrics"]["ndcgAt10"] == pytest.approx(
+            metrics.ndcg_at_10, abs=1e-12
+        )
+    assert_runs_count_each_result_once(pipeline, results)
+    assert sum(pipeline.run(run)["count"] for run in {r.run_id for r in results}) == len(results)
+
+
+def test_results_before_their_qrels_are_parked_then_released_and_counted_once() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    assert pipeline.feed(results[:40]) != []  # the parked table's writes
+    assert pipeline.scored() == [] and pipeline.parked.value == 40
+    assert sum(len(items) for items in pipeline.tables["parked"].data.values()) == 40
+    for query in golden:
+        pipeline.judge(query)
+    assert pipeline.parked.value == 0 and pipeline.tables["parked"].data == {}
+    pipeline.feed(results[40:])  # their qrels are in: scored at once
+    pipeline.commit()
+    pipeline.fold()
+    assert len(pipeline.scored()) == len(results)
+    assert_runs_count_each_result_once(pipeline, results)
+
+
+def test_a_bad_record_is_one_dead_letter_with_its_reason_and_the_rest_is_scored() -> None:
+    golden, results = traffic(results=10)
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    good = results[0]
+    wrong_key = Record(0, b"not-" + good.query_id.encode(), results[1].to_json_bytes())
+    pipeline.feed([good, Record(0, good.query_id.encode(), b"{not json"), wrong_key])
+    pipeline.feed(results[2:])
+    letters = pipeline.deadletters()
+    assert len(letters) == 2
+    reasons = [dict(letter.headers)["x-scorer-error-class"] for letter in letters]
+    assert reasons == [b"InvalidJson", b"KeyMismatch"] and letters[0].value == b"{not json"
+    assert dict(letters[1].headers)["x-scorer-source-offset"] == b"2"  # where it came from
+    assert {r["resultId"] for r in pipeline.scored()} == {
+        r.result_id for r in results if r is not results[1]
+    }
+    pipeline.commit()
+    pipeline.fold()
+    assert_runs_count_each_result_once(pipeline, [r for r in results if r is not results[1]])
+
+
+def test_a_redelivered_batch_is_scored_again_but_counted_once() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    pipeline.fold()
+    for partition in range(pipeline.settings.partitions):
+        pipeline.redeliver(partition, start=3)  # the offsets from 3 on were not committed
+    pipeline.commit()
+    pipeline.fold()
+    assert len(pipeline.scored()) > len(results)  # at-least-once: scored twice
+    assert_runs_count_each_result_once(pipeline, results)
+    assert pipeline.telemetry.rollup_duplicates._value.get() > 0
+
+
+def test_a_crash_before_the_flush_loses_nothing_once_the_inputs_come_again() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results[:50])
+    pipeline.commit()
+    pipeline.fold()
+    pipeline.feed(results[50:])  # scored, contributions pending, then the crash
+    pipeline.crash()
+    assert pipeline.scoring.pending.size == 0
+    for partition in range(pipeline.settings.partitions):
+        pipeline.redeliver(partition)  # nothing past the last commit was committed
+    pipeline.commit()
+    pipeline.fold()
+    assert_runs_count_each_result_once(pipeline, results)
+
+
+def test_results_their_producer_sent_twice_count_once_across_a_restart() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    pipeline.fold()
+    pipeline.crash()  # the dedupe window is rebuilt from its table
+    pipeline.feed(results[:30])  # the same resultIds at new offsets
+    pipeline.commit()
+    pipeline.fold()
+    assert pipeline.telemetry.rollup_resent._value.get() == 30
+    assert_runs_count_each_result_once(pipeline, results)
+
+
+def test_a_seen_entry_whose_run_state_write_was_lost_does_not_block_the_recount() -> None:
+    golden, results = traffic()
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    before = pipeline.snapshot()
+    pipeline.fold()
+    # The crash: the dedupe blocks reached the changelog, the run states did not.
+    pipeline.lose_writes(before, ["rollups", "run_queries"])
+    pipeline.crash()
+    for partition in range(pipeline.settings.partitions):
+        pipeline.refold(partition)  # the rollup topic's offsets were not committed
+    assert_runs_count_each_result_once(pipeline, results)
+
+
+def test_after_the_dedupe_window_a_resend_counts_again() -> None:
+    now = [1_000_000.0]
+    golden, results = traffic(results=30)
+    pipeline = Pipeline(clock=lambda: now[0], rollup_dedupe_seconds=60.0)
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    pipeline.fold()
+    now[0] += 16.0  # the first sweep is due a quarter window after the first fold
+    pipeline.feed(results[:1])
+    pipeline.commit()
+    pipeline.fold()
+    assert pipeline.telemetry.rollup_resent._value.get() == 1
+    now[0] += 61.0  # past the window: the blocks are swept, the resultIds forgotten
+    pipeline.feed(results[1:2])
+    pipeline.commit()
+    pipeline.fold()
+    swept = pipeline.homes.of(results[1].run_id.encode())
+    kept = [Block(v) for v in pipeline.tables["rollup_seen"].data.values()]
+    assert [b.seen_at for b in kept if b.partition == swept] == [now[0]]  # the new block only
+    run = results[1].run_id
+    counted = sum(1 for r in results if r.run_id == run) + 1
+    assert pipeline.run(run)["count"] == counted
+
+
+def test_the_run_document_is_what_the_run_api_serves() -> None:
+    golden, results = traffic(results=12)
+    pipeline = Pipeline()
+    for query in golden:
+        pipeline.judge(query)
+    pipeline.feed(results)
+    pipeline.commit()
+    pipeline.fold()
+    document = pipeline.run(results[0].run_id)
+    assert document is not None
+    assert orjson.loads(orjson.dumps(document))["runId"] == results[0].run_id
+    assert document["pairedQueries"]["tracked"] == len(
+        {r.query_id for r in results if r.run_id == results[0].run_id}
+    )
+    assert pipeline.run("no-such-run") is None
