@@ -34,6 +34,9 @@ DECISIONS: dict[tuple[str, str, str], bool] = {
     ("scorer/stream/faust_edge/resume.py", "consumer", "resume_partitions"): True,
     ("scorer/stream/faust_edge/resume.py", "consumer", "perform_seek"): True,
     ("scorer/stream/faust_edge/resume.py", "consumer", "resume_flow"): True,
+    # Faust's TransactionManager (``Pipeline.commit`` of testing.py is ours too).
+    ("scorer/stream/faust_edge/transactions.py", "consumer.transactions", "commit"): True,
+    ("scorer/stream/testing.py", "self.tables[name]", "data"): False,  # a MemoryTable
 }
 """Uses the walk cannot attribute alone: a name both our code and a third-party
 package define, assigned or read on an object whose type the code does not say."""
