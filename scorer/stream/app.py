@@ -131,16 +131,8 @@ def create_app(settings: Settings, recovery: faust_edge.Recovery | None = None) 
     telemetry = Telemetry(
         settings.facet_allowlist, settings.facet_max_values, settings.risk_confidence_edges
     )
-    # A fixed prefix: the rules and dashboards name Faust's metrics whatever the app id.
     edge = faust_edge.install(
-        app,
-        telemetry.registry,
-        settings.kafka_fetch_max_wait_ms,
-        "retrieval_scorer",
-        settings.stop_timeout_seconds,
-        settings.caught_up_commit_seconds,
-        settings.batch_max_records,
-        recovery,
+        app, telemetry.registry, faust_edge.EdgeConfig.from_settings(settings), recovery
     )
 
     parts = StreamParts(

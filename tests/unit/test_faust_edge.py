@@ -884,7 +884,7 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
         "rollups": [b"run-\xc3\xa9"],
     }
     for name, table in tables.items():
-        writer = ChangelogWriter(app, table)
+        writer = ChangelogWriter(app, table, exactly_once=False)
         topic = table.changelog_topic
         for key in keys[name]:
             for value in values:
@@ -1012,3 +1012,26 @@ def test_under_exactly_once_every_ack_is_fausts() -> None:
     consumer.app.consumer_generation_id = 2
     assert consumer.ack(message_of(1, 87)) is True
     assert consumer._acked[RESULTS[0]] == [87]
+
+
+def test_the_guarantee_is_read_from_faust_in_one_place_only() -> None:
+    """``EdgeConfig.exactly_once`` (through ``Recovery.exactly_once``) is what the edge
+    reads; Faust's ``app.in_transaction`` is cached on its first read, so it is read
+    once, where the consumer is made, to check that the two agree."""
+    import ast
+    from pathlib import Path
+
+    import scorer
+
+    readers = {}
+    root = Path(scorer.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        lines = [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "in_transaction"
+        ]
+        if lines:
+            readers[str(path.relative_to(root))] = lines
+    assert list(readers) == ["stream/faust_edge/__init__.py"], readers

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from scorer.stream.faust_edge.recovery import Recovery
 from scorer.stream.faust_edge.stopping import install_graceful_stop
 
 
@@ -68,9 +69,9 @@ class App:
         return self._producer
 
 
-def started(timeout: float = 60.0) -> tuple[App, Any, Consumer]:
+def started(timeout: float = 60.0, recovery: Recovery | None = None) -> tuple[App, Any, Consumer]:
     app = App()
-    stop = install_graceful_stop(app, timeout)
+    stop = install_graceful_stop(app, timeout, recovery)
     return app, stop, app._new_consumer()
 
 
@@ -95,7 +96,7 @@ def test_the_stops_commit_waits_for_the_buffered_write_on_its_way() -> None:
 
 
 def test_sends_from_other_tasks_are_not_made_once_the_stops_commit_began() -> None:
-    app, stop, consumer = started()
+    app, stop, consumer = started(recovery=Recovery(exactly_once=True))
 
     async def timer_send() -> Any:
         return await app.producer.send("expiry", b"q", b"", 0, None, None, transactional_id="t-0")
@@ -169,8 +170,6 @@ def test_a_buffered_write_into_an_ended_transaction_asks_for_a_rebuild_instead_o
     None
 ):
     from aiokafka.errors import IllegalOperation, MessageSizeTooLargeError
-
-    from scorer.stream.faust_edge.recovery import Recovery
 
     app = App()
     recovery = Recovery()

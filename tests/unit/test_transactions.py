@@ -15,6 +15,7 @@ from typing import Any
 from faust.types import TP
 
 from scorer.stream.faust_edge.consumer import Deliveries
+from scorer.stream.faust_edge.recovery import Recovery
 from scorer.stream.faust_edge.transactions import Transactions
 
 RESULTS = "results"
@@ -174,7 +175,7 @@ async def processed(transactions: Transactions, stream: Stream) -> list[tuple[in
 
 def gated(app: App) -> Transactions:
     """The app's transactions, as the consumer's gate (``faust_edge.install`` does it)."""
-    transactions = Transactions(app)
+    transactions = Transactions(app, Recovery(exactly_once=app.in_transaction))
     app.consumer.gate = transactions
     return transactions
 

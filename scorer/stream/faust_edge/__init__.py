@@ -13,7 +13,8 @@ code and that list differ.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -33,7 +34,18 @@ from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import check_versions
 
-__all__ = ["ChangelogWriter", "Edge", "Output", "Recovery", "check_versions", "install"]
+if TYPE_CHECKING:
+    from scorer.settings import Settings
+
+__all__ = [
+    "ChangelogWriter",
+    "Edge",
+    "EdgeConfig",
+    "Output",
+    "Recovery",
+    "check_versions",
+    "install",
+]
 
 
 class Edge:
@@ -79,7 +91,7 @@ class Edge:
     def writer(self, table: Any) -> ChangelogWriter:
         """Reads and writes ``table`` from a batch handler, its writes as outputs of the
         batch; the operations are reported to Faust's monitor after every batch."""
-        writer = ChangelogWriter(self.app, table)
+        writer = ChangelogWriter(self.app, table, self.recovery.exactly_once)
         self._writers.append(writer)
         return writer
 
@@ -113,35 +125,57 @@ class Edge:
         return self.transactions.events(stream)
 
 
+@dataclass(frozen=True)
+class EdgeConfig:
+    """Everything the Faust edge is told, in one object (``from_settings``)."""
+
+    exactly_once: bool
+    """The processing guarantee: every part of the edge reads it from here (through
+    ``Recovery.exactly_once``), not from Faust's ``app.in_transaction``, which is
+    cached on its first read and False until the app runs in a worker."""
+    fetch_max_wait_ms: int
+    """How long a fetch waits at the broker for records (aiokafka's
+    ``fetch_max_wait_ms``; see docs/faust-internals.md for Faust's hidden waits)."""
+    stop_timeout_seconds: float
+    """The longest a stop takes before the worker exits anyway."""
+    metrics_prefix: str = "retrieval_scorer"
+    """Faust's own series' prefix (fixed: the rules and dashboards name them)."""
+    caught_up_commit_seconds: float = 0.0
+    """Under exactly_once, a worker that has caught up commits its batches at once, at
+    most this often (0: only on Faust's timer)."""
+    batch_max_records: int | None = None
+    """A routed topic's fetched batches are handed over in parts of at most this many
+    records (None: whole), but the background topics'."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> EdgeConfig:
+        return cls(
+            exactly_once=settings.processing_guarantee == "exactly_once",
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            stop_timeout_seconds=settings.stop_timeout_seconds,
+            caught_up_commit_seconds=settings.caught_up_commit_seconds,
+            batch_max_records=settings.batch_max_records,
+        )
+
+
 def install(
-    app: Any,
-    registry: CollectorRegistry,
-    fetch_max_wait_ms: int,
-    metrics_prefix: str,
-    stop_timeout_seconds: float,
-    caught_up_commit_seconds: float = 0.0,
-    batch_max_records: int | None = None,
-    recovery: Recovery | None = None,
+    app: Any, registry: CollectorRegistry, config: EdgeConfig, recovery: Recovery | None = None
 ) -> Edge:
     """Make ``app``'s consumer the guarded one (before anything creates it), its monitor
-    the cached Prometheus one (Faust's series under ``metrics_prefix`` and the input
-    ledger's go to ``registry``), and its stop a graceful one, bounded by
-    ``stop_timeout_seconds``. Under exactly_once a worker that has caught up commits
-    its batches at once, at most every ``caught_up_commit_seconds`` (0: only on
-    Faust's timer). A routed topic's fetched batches are handed over in parts of at
-    most ``batch_max_records`` (None: whole), but the background topics'. A
-    recoverable producer error is reported to ``recovery`` (one of its own when None),
-    which the worker command reads to rebuild the app in-process
-    (``faust_edge.recovery``)."""
+    the cached Prometheus one (Faust's series and the input ledger's go to
+    ``registry``), and its stop a graceful one, as ``config`` says. A recoverable
+    producer error is reported to ``recovery`` (one of its own when None), which the
+    worker command reads to rebuild the app in-process (``faust_edge.recovery``)."""
     recovery = recovery or Recovery()
-    setup_faust_metrics(app, registry=registry, name_prefix=metrics_prefix)
-    stop = install_graceful_stop(app, stop_timeout_seconds, recovery)
+    recovery.exactly_once = config.exactly_once
+    setup_faust_metrics(app, registry=registry, name_prefix=config.metrics_prefix)
+    stop = install_graceful_stop(app, config.stop_timeout_seconds, recovery)
     ledger = InputLedger()
     undecodable: dict[Any, str] = {}
     thread = type(
         "GuardedConsumerThread",
         (GuardedConsumerThread,),
-        {"fetch_max_wait_ms": fetch_max_wait_ms, "undecodable": undecodable},
+        {"fetch_max_wait_ms": config.fetch_max_wait_ms, "undecodable": undecodable},
     )
     Gauge(
         "scorer_input_partitions_undecodable",
@@ -158,7 +192,7 @@ def install(
             "batch_handlers": {},
             "background_topics": set(),
             "before_commit": [],
-            "batch_max_records": batch_max_records,
+            "batch_max_records": config.batch_max_records,
             "recovery": recovery,
         },
     )
@@ -172,15 +206,20 @@ def install(
         """Faust's consumer (now a GuardedConsumer), with the fixes that must be in
         place before its first rebalance."""
         consumer = hold_inputs_until_seeked(new_consumer()).consumer
-        # Not before: ``app.in_transaction`` is cached on first use, and is False until
-        # the app runs in a worker.
-        recovery.exactly_once = bool(app.in_transaction)
-        if app.in_transaction:
+        # Faust runs transactions only in a worker (``app.in_transaction``, read here
+        # and nowhere else: it is cached on its first read).
+        if bool(app.in_transaction) != config.exactly_once:
+            raise RuntimeError(
+                f"the edge is configured for exactly_once={config.exactly_once}, but "
+                f"Faust's app.in_transaction is {app.in_transaction} (a consumer made "
+                "outside a worker?)"
+            )
+        if config.exactly_once:
             consumer.gate = edge.transactions
             consumer.stop_barrier = stop
             edge.transactions.guard_rebalances(consumer)
-            if caught_up_commit_seconds > 0:
-                consumer.caught_up_commit_seconds = caught_up_commit_seconds
+            if config.caught_up_commit_seconds > 0:
+                consumer.caught_up_commit_seconds = config.caught_up_commit_seconds
         else:
             consumer.gate = OpenGate()
         return consumer

@@ -105,10 +105,13 @@ class Recovery:
     """The most rebuilds in :attr:`window` seconds; one more stops the worker."""
     window = 600.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, exactly_once: bool = False
+    ) -> None:
         self.clock = clock
-        self.exactly_once = False
-        """Set by the edge once the app's guarantee is known (when it runs)."""
+        self.exactly_once = exactly_once
+        """The processing guarantee, as the edge reads it everywhere (``install`` sets it
+        from its ``EdgeConfig``: one process, one guarantee)."""
         self.requested: str | None = None
         """Why the running app must be rebuilt (``where: error``), or None."""
         self.error: BaseException | None = None

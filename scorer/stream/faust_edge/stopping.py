@@ -116,7 +116,7 @@ class GracefulStop:
                 self._in_flight -= 1
 
         buffer._send_pending = counted_send_pending
-        if not self.app.in_transaction:
+        if self.recovery is None or not self.recovery.exactly_once:
             return producer
         send = producer.send
 

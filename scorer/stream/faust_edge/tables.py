@@ -36,9 +36,10 @@ class ChangelogWriter:
     operations are counted here instead and reported per batch
     (:meth:`report`), so Faust's table-operation series still count them."""
 
-    def __init__(self, app: Any, table: Any) -> None:
+    def __init__(self, app: Any, table: Any, exactly_once: bool) -> None:
         self.app = app
         self.table = table
+        self.exactly_once = exactly_once
         self.reads = self.writes = self.deletes = 0
         self._changelog: tuple[str, Any, Any, Any] | None = None
 
@@ -110,7 +111,7 @@ class ChangelogWriter:
             return
         metadata = future.result()
         store = self.table.data
-        if self.app.in_transaction:
+        if self.exactly_once:
             self.app.tables.persist_offset_on_commit(
                 store, metadata.topic_partition, metadata.offset
             )

@@ -365,7 +365,7 @@ class Transactions:
         """The stream's events; under exactly_once no commit happens while one is
         processed (the ack runs, without yielding, when the next event is asked for),
         and an event already processed in the current transactions is skipped."""
-        if not self.app.in_transaction:
+        if not self.recovery.exactly_once:
             async for event in stream.events():
                 yield event
             return
