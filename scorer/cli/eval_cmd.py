@@ -212,8 +212,8 @@ def eval_command(
 
 
 def _write_page(path: Path, document: dict[str, Any]) -> None:
-    """The evals page with ``document`` embedded (scorer/stream/page)."""
-    from scorer.stream.page import page_html
+    """The evals page with ``document`` embedded (scorer/page)."""
+    from scorer.page import page_html
 
     try:
         path.write_text(page_html(document), encoding="utf-8")

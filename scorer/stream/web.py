@@ -28,7 +28,7 @@ from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.openapi import OPENAPI
-from scorer.stream.page import page_html
+from scorer.page import page_html
 from scorer.stream.run_list import (
     Paging,
     merge_runs,

@@ -9,7 +9,7 @@ import orjson
 from click.testing import CliRunner
 
 from scorer.cli import main
-from scorer.stream.page import DOCUMENT_ELEMENT_ID, page_html
+from scorer.page import DOCUMENT_ELEMENT_ID, page_html
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EMBEDDED = re.compile(

@@ -32,7 +32,7 @@ from scorer.compare import compare_runs
 from scorer.metrics import retrieval_metrics
 from scorer.rollup import RunRollup
 from scorer.stream.openapi import OPENAPI
-from scorer.stream.page import page_html
+from scorer.page import page_html
 from scorer.stream.run_state import RunBatch, contribution_row, query_means
 from scorer.stream.telemetry import Telemetry
 from prometheus_client import generate_latest
