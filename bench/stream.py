@@ -593,11 +593,16 @@ def table(
 
 
 def targets(results: dict[str, list[Figures]]) -> list[str]:
-    """The hot-path targets (issue 20), met or not, for each scorer mode."""
-    pipe = statistics.median(r.rate for r in results["pipe"])
-    forwarder = statistics.median(r.rate for r in results["faust"])
-    pipe_cpu = statistics.median(r.cpu_us for r in results["pipe"])
-    lines = ["| target | " + " | ".join(SCORERS) + " |", "|---|" + "---|" * len(SCORERS)]
+    """The hot-path targets, met or not, for each scorer mode against the bare pipe of
+    its own guarantee (``pipe``, ``pipe-eos``): throughput at least 0.8x it; CPU per
+    event at most 1.5x its (the at-least-once target; exactly_once's is shown); p99 at
+    25% and 50% of the plain pipe's rate (the loads all modes are run at) at most 2x
+    its (the exactly_once target; at-least-once's is
+    shown)."""
+    lines = [
+        "| target (against the pipe of the same guarantee) | " + " | ".join(SCORERS) + " |",
+        "|---|" + "---|" * len(SCORERS),
+    ]
 
     Verdict = Callable[[str, list[Figures]], tuple[bool, str]]
     """(scorer mode, its repetitions) -> (met, the figure)."""
@@ -609,46 +614,33 @@ def targets(results: dict[str, list[Figures]]) -> list[str]:
             cells.append(f"{'met' if met else '**not met**'} ({figure})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
 
-    def rate_ratio(reference: float, goal: float) -> Verdict:
-        def verdict(_: str, runs: list[Figures]) -> tuple[bool, str]:
-            ratio = statistics.median(r.rate for r in runs) / reference
-            return ratio >= goal, f"{ratio:.2f}x"
+    def same(scorer: str) -> list[Figures]:
+        return results[SAME_GUARANTEE_PIPE[scorer]]
 
-        return verdict
+    def rate_ratio(scorer: str, runs: list[Figures]) -> tuple[bool, str]:
+        reference = statistics.median(r.rate for r in same(scorer))
+        ratio = statistics.median(r.rate for r in runs) / reference
+        return ratio >= 0.8, f"{ratio:.2f}x"
 
-    def cpu_ratio(_: str, runs: list[Figures]) -> tuple[bool, str]:
-        ratio = statistics.median(r.cpu_us for r in runs) / pipe_cpu
-        return ratio <= 2.5, f"{ratio:.2f}x"
+    def cpu_ratio(scorer: str, runs: list[Figures]) -> tuple[bool, str]:
+        reference = statistics.median(r.cpu_us for r in same(scorer))
+        ratio = statistics.median(r.cpu_us for r in runs) / reference
+        return ratio <= 1.5, f"{ratio:.2f}x"
 
-    def p99_ratio(load: float, reference: Callable[[str], str]) -> Verdict:
+    def p99_ratio(load: float) -> Verdict:
         def verdict(scorer: str, runs: list[Figures]) -> tuple[bool, str]:
-            pipe_name = reference(scorer)
-            mine, pipes = median_latency(runs, load), median_latency(results[pipe_name], load)
+            mine, pipes = median_latency(runs, load), median_latency(same(scorer), load)
             if mine is None or pipes is None:
                 return False, "saturated"
             ratio = mine[2] / pipes[2]
-            return ratio <= 3.0, f"p99 {ratio:.1f}x {pipe_name}'s"
+            return ratio <= 2.0, f"p99 {ratio:.1f}x"
 
         return verdict
 
-    def the_pipe(_: str) -> str:
-        return "pipe"
-
-    row("throughput ≥ 0.6x the pipe", rate_ratio(pipe, 0.6))
-    row("throughput ≥ 3x the Faust forwarder", rate_ratio(forwarder, 3.0))
-    row("CPU per event ≤ 2.5x the pipe's", cpu_ratio)
-    row("at 25% of the pipe's rate: keeps up, p99 ≤ 3x", p99_ratio(0.25, the_pipe))
-    row("at 50% of the pipe's rate: keeps up, p99 ≤ 3x", p99_ratio(0.50, the_pipe))
-    lines += [
-        "",
-        "Beside the targets, each mode against the bare pipe of its own guarantee "
-        "(`pipe-eos`: a bare transactional pipe):",
-        "",
-        "| same guarantee | " + " | ".join(SCORERS) + " |",
-        "|---|" + "---|" * len(SCORERS),
-    ]
-    row("at 25%: p99 ≤ 3x the same-guarantee pipe's", p99_ratio(0.25, SAME_GUARANTEE_PIPE.get))
-    row("at 50%: p99 ≤ 3x the same-guarantee pipe's", p99_ratio(0.50, SAME_GUARANTEE_PIPE.get))
+    row("throughput ≥ 0.8x", rate_ratio)
+    row("CPU per event ≤ 1.5x", cpu_ratio)
+    row("at 25% of the pipe's rate: keeps up, p99 ≤ 2x", p99_ratio(0.25))
+    row("at 50% of the pipe's rate: keeps up, p99 ≤ 2x", p99_ratio(0.50))
     return lines
 
 
