@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import IllegalOperation, MessageSizeTooLargeError
+from aiokafka.errors import IllegalOperation, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scorer.stream.faust_edge.consumer import GuardedConsumer, OpenGate, Output
+from scorer.stream.faust_edge.recovery import Recovery
 from scorer.stream.faust_edge.sending import Appender
 
 RESULTS = TopicPartition("results", 0)
@@ -230,3 +231,61 @@ def test_a_transactional_producers_records_go_only_into_its_open_transaction() -
         assert transaction.partitions_to_add() == wanted
 
     asyncio.run(scenario())
+
+
+def answered(producer: AIOKafkaProducer, error: Exception | None = None) -> int:
+    """What the broker's answers do to the batches the sender took: each delivered (or
+    failed with ``error``). Returns how many batches were answered."""
+    nodes, _ = producer._message_accumulator.drain_by_nodes(ignore_nodes=[])
+    count = 0
+    for batches in nodes.values():
+        for batch in batches.values():
+            if error is None:
+                batch.done(base_offset=0)
+            else:
+                batch.failure(exception=error)
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("outcome", ["delivered", "failed", "rebuild requested"])
+def test_delivered_waits_until_the_broker_has_every_record_sent_so_far(outcome: str) -> None:
+    """The qrels release deletes its parked entry only after ``delivered()``: True only
+    once every record sent before it is on the broker, False if one was not (or a
+    rebuild was asked for, which drops the sends after it)."""
+
+    async def scenario() -> tuple[bool, bool]:
+        producer = producer_with({"scored": 1, "rollup": 2})
+        consumer = guarded_consumer(producer)
+        consumer.recovery = Recovery()  # at-least-once
+        outputs = [
+            Output("scored", None, b"s", partition=0),
+            Output("rollup", None, b"c0", partition=0),
+            Output("rollup", None, b"c1", partition=1),
+        ]
+        await consumer.send_outputs(RESULTS, outputs)
+        waiting = asyncio.create_task(consumer.delivered())
+        await asyncio.sleep(0.02)
+        early = waiting.done()
+        if outcome == "rebuild requested":
+            consumer.recovery.request(KafkaTimeoutError(), "test")
+        error = KafkaTimeoutError() if outcome == "failed" else None
+        assert answered(producer, error) == 3
+        return early, await asyncio.wait_for(waiting, 5)
+
+    early, delivered = asyncio.run(scenario())
+    assert not early
+    assert delivered is (outcome == "delivered")
+
+
+def test_under_exactly_once_delivered_does_not_wait() -> None:
+    """One transaction holds the release's records and the parked entry's deletion."""
+
+    async def scenario() -> bool:
+        producer = producer_with({"rollup": 1})
+        consumer = guarded_consumer(producer)
+        consumer.recovery = Recovery(exactly_once=True)
+        await consumer.send_outputs(RESULTS, [Output("rollup", None, b"c", partition=0)])
+        return await asyncio.wait_for(consumer.delivered(), 1)
+
+    assert asyncio.run(scenario()) is True
