@@ -209,9 +209,9 @@ class SeenIndex:
         self._number = np.empty(0, np.int32)
         self._recent: dict[int, int] = {}
         """128-bit hash -> block number, of the entries added since the last merge."""
-        self._blocks: list[list[Any]] = []
-        """Per block number: [seenAt, partition, table key, value]; value None once expired."""
-        self._alive = np.zeros(1024, bool)
+        self._blocks: dict[int, tuple[float, int, str, bytes]] = {}
+        """The live blocks by number: (seenAt, partition, table key, value)."""
+        self._next_number = 0
         self._order: dict[int, deque[int]] = {}
         self._decoded: tuple[int, Block] | None = None
 
@@ -237,11 +237,12 @@ class SeenIndex:
                 if self._lo.item(at) == lo:
                     number = self._number.item(at)
                 at += 1
-        if number is None or not self._alive.item(number):
+        block = None if number is None else self._blocks.get(number)
+        if block is None:
             return None
         cached = self._decoded
         if cached is None or cached[0] != number:
-            cached = self._decoded = (number, Block(self._blocks[number][3]))
+            cached = self._decoded = (number, Block(block[3]))
         return cached[1].find(hi, lo)
 
     def get_many(self, seen_keys: Iterable[str]) -> dict[str, SeenEntry]:
@@ -277,13 +278,9 @@ class SeenIndex:
         return value
 
     def _register(self, partition: int, key: str, seen_at: float, value: bytes) -> int:
-        number = len(self._blocks)
-        self._blocks.append([seen_at, partition, key, value])
-        if number >= len(self._alive):
-            grown = np.zeros(2 * len(self._alive), bool)
-            grown[: len(self._alive)] = self._alive
-            self._alive = grown
-        self._alive[number] = True
+        number = self._next_number
+        self._next_number += 1
+        self._blocks[number] = (seen_at, partition, key, value)
         self._order.setdefault(partition, deque()).append(number)
         return number
 
@@ -335,16 +332,15 @@ class SeenIndex:
         returns their table keys. An entry renewed by a later block is kept."""
         order = self._order.get(partition)
         keys: list[str] = []
+        gone: list[int] = []
         while order and self._blocks[order[0]][0] < before:
             number = order.popleft()
-            self._alive[number] = False
-            block = self._blocks[number]
-            keys.append(block[2])
-            block[3] = None
-        if keys:
+            keys.append(self._blocks.pop(number)[2])
+            gone.append(number)
+        if gone:
             self._decoded = None
-            alive = self._alive
-            self._recent = {d: n for d, n in self._recent.items() if alive[n]}
-            keep = alive[self._number]
+            blocks = self._blocks
+            self._recent = {d: n for d, n in self._recent.items() if n in blocks}
+            keep = ~np.isin(self._number, np.array(gone, np.int32))
             self._hi, self._lo, self._number = self._hi[keep], self._lo[keep], self._number[keep]
         return keys

@@ -153,3 +153,19 @@ def test_the_window_holds_at_most_64_bytes_per_id_table_included() -> None:
     assert len(index) == 200_000
     print(f"\n{held / 200_000:.1f} bytes per id")
     assert held / 200_000 <= 64, f"{held / 200_000:.1f} bytes per id"
+
+
+def test_expired_blocks_leave_nothing_behind() -> None:
+    """A worker adds a block per folded batch for days: what it keeps per block is
+    dropped with the block (the index held a slot per block ever written before)."""
+    index = SeenIndex()
+    for n in range(2000):
+        entries = {
+            f"run\x1fr{n}-{i}": SeenEntry("results/0", n * 3 + i, 0, float(n), 0) for i in range(3)
+        }
+        index.add(0, f"0:{n}:1", float(n), entries)
+        index.expired(0, float(n - 10))
+    assert len(index._blocks) == len(index._order[0]) == 11
+    assert len(index) == 33
+    assert index.get("run\x1fr1999-2") == SeenEntry("results/0", 5999, 0, 1999.0, 0)
+    assert index.get("run\x1fr1000-2") is None
