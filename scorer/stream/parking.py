@@ -27,6 +27,8 @@ def register(parts: StreamParts) -> None:
         async for event in stream.events():
             query_id = event.message.key.decode()
             expiring.pop(query_id, None)
+            if query_id in parts.releasing:
+                continue  # its qrels came: the qrels agent is scoring its results
             keep, expired = events.split_expired(
                 events.parked_items(parked_table.get(query_id)),
                 time.time(),

@@ -40,6 +40,9 @@ class StreamParts:
     """Scores results and queues their run contributions (the results batches' and the
     qrels agent's releases)."""
     parked: ParkedCount = field(default_factory=ParkedCount)
+    releasing: set[str] = field(default_factory=set)
+    """Queries whose parked results the qrels agent is releasing now (between reading
+    their parked entry and deleting it, while it waits for the broker)."""
     expiring: dict[str, float] = field(default_factory=dict)
     """Queries whose expiry command is on its way, and when it was sent (epoch seconds;
     sent again if the query is still parked long after)."""

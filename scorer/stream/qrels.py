@@ -73,18 +73,25 @@ def register(parts: StreamParts) -> None:
             if not waiting:
                 continue
             source = (message.topic, message.partition, message.offset)
-            for output in release(scoring, waiting, entry, *source, started):
-                await edge.send(output, message)
-            # The released results' contributions reach the broker before the parked
-            # entry's tombstone is written: if this event is redelivered (a crash before
-            # its commit), the entry is still there to release them again, at the same
-            # positions (the fold drops the copies). The other way round, a crash
-            # between the two lost them from the run rollups under at-least-once.
-            await edge.send_all(scoring.rollup_outputs(force=True))
-            if not await edge.delivered():
-                continue  # no commit comes after a lost record: the event comes again
-            parked_table.pop(golden.query_id, None)
-            telemetry.parked.set(parts.parked.add(-len(waiting)))
+            # Until the entry goes, the expiry agent leaves the query alone: a result
+            # released here must not also end as unjudged there.
+            parts.releasing.add(golden.query_id)
+            try:
+                for output in release(scoring, waiting, entry, *source, started):
+                    await edge.send(output, message)
+                # The released results' contributions reach the broker before the
+                # parked entry's tombstone is written: if this event is redelivered (a
+                # crash before its commit), the entry is still there to release them
+                # again, at the same positions (the fold drops the copies). The other
+                # way round, a crash between the two lost them from the run rollups
+                # under at-least-once.
+                await edge.send_all(scoring.rollup_outputs(force=True))
+                if not await edge.delivered():
+                    continue  # no commit comes after a lost record: the event comes again
+                parked_table.pop(golden.query_id, None)
+                telemetry.parked.set(parts.parked.add(-len(waiting)))
+            finally:
+                parts.releasing.discard(golden.query_id)
 
 
 def release(
