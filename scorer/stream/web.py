@@ -24,11 +24,11 @@ from yarl import URL
 from schemas.events import MAX_ID_LENGTH
 from scorer.compare import compare_runs
 from scorer.kafka.topics import missing_topics
+from scorer.page import page_html
 from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.openapi import OPENAPI
-from scorer.page import page_html
 from scorer.stream.run_list import (
     Paging,
     merge_runs,
