@@ -66,6 +66,9 @@ class RollupFold:
     ``rollups``, ``queries`` and ``seen``: the Faust edge's changelog writers in the
     worker, ``outputs.MemoryTable`` in tests). ``clock``: epoch seconds."""
 
+    MAX_DECODED = 10_000
+    """Runs kept decoded between batches at most (past it, they are decoded afresh)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -82,6 +85,8 @@ class RollupFold:
         self.seen_out = seen
         self.clock = clock
         self.window = SeenIndex()
+        self._decoded: dict[bytes, tuple[Any, Any, Any]] = {}
+        """Run states decoded by earlier batches (``RunBatch.decoded``)."""
         self._next_sweep: dict[int, float] = {}
         self._last_block_ns = 0
         telemetry.rollup_seen_ids.set_function(lambda: len(self.window))
@@ -89,6 +94,7 @@ class RollupFold:
     def reindex(self, stored: Iterable[tuple[str, Any]], owned: Container[int]) -> None:
         """The dedupe window of the rollup partitions ``owned``, from the ``seen``
         table's records ``stored``: after every recovery, before any batch."""
+        self._decoded.clear()  # the recovered tables hold new objects
         if not self.settings.rollup_dedupe_seconds:
             return
         started = time.perf_counter()
@@ -118,6 +124,8 @@ class RollupFold:
                 for key in window.expired(partition, now - dedupe):
                     self.seen_out.delete(key, partition, outputs)
         decoded = [(record.key, orjson.loads(record.value)) for record in records]
+        if len(self._decoded) > self.MAX_DECODED:
+            self._decoded.clear()
         load_seen = None
         if dedupe:
             # Every row's earlier entry looked up at once (nearly all are new ids).
@@ -134,6 +142,7 @@ class RollupFold:
             now=now,
             history_seconds=settings.run_history_seconds,
             history_buckets=settings.run_history_buckets,
+            decoded=self._decoded,
         )
         for key, rows in decoded:
             for row in rows:

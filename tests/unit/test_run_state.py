@@ -605,3 +605,48 @@ def test_a_run_counts_the_results_scored_against_qrels_that_have_since_changed()
     row = judged("r9", a)(at(9)).to_wire()
     assert len(row) == 10 and Contribution.from_wire(row).fingerprint == a
     assert Contribution.from_wire(row[:9]).fingerprint is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_kept_decoded_between_batches_fold_exactly_as_runs_decoded_afresh(seed: int) -> None:
+    """``RunBatch.decoded``: a run whose stored state is the object the last batch wrote
+    is not decoded again. Folded batch after batch (redeliveries among them), the runs
+    equal those of a fold that decodes every state from its JSON each time."""
+    import random
+
+    rng = random.Random(seed)
+    cached_table: dict[bytes, dict[str, Any]] = {}  # the objects, as a memory store keeps them
+    json_table: dict[bytes, dict[str, Any]] = {}
+    decoded: dict[bytes, Any] = {}
+    queries_a: dict[str, list[float]] = {}
+    queries_b: dict[str, list[float]] = {}
+    offset = 0
+    for _ in range(30):
+        rows = []
+        for _ in range(rng.randrange(1, 40)):
+            if offset and rng.random() < 0.2:  # a redelivery of an earlier position
+                position = at(rng.randrange(offset))
+            else:
+                position, offset = at(offset), offset + 1
+            run = f"run-{rng.randrange(5)}".encode()
+            values = [rng.random() for _ in METRIC_NAMES]
+            facets = {"type": f"t{rng.randrange(4)}", "popularity": rng.choice(["head", "tail"])}
+            item = Contribution(
+                position, f"r{position.offset}", f"q{rng.randrange(9)}", values, facets
+            )
+            rows.append((run, item))
+        a = RunBatch(cached_table.get, queries_a.get, 100, decoded=decoded, now=1.0)
+        b = RunBatch(json_table.get, queries_b.get, 100, now=1.0)
+        for run, item in rows:
+            assert a.add(run, item) == b.add(run, item)
+        queries_a.update(a.queries)
+        queries_b.update(b.queries)
+        cached_table.update(a.finish("t"))
+        for key, state in b.finish("t").items():
+            json_table[key] = orjson.loads(orjson.dumps(state))
+    assert set(cached_table) == set(json_table) == set(decoded)  # every run kept decoded
+    for key in cached_table:
+        run_id = key.decode()
+        left = run_state.run_document(run_id, orjson.loads(orjson.dumps(cached_table[key])), 100)
+        right = run_state.run_document(run_id, json_table[key], 100)
+        assert left == right
