@@ -162,6 +162,10 @@ class Pipeline:
         self._send(outputs)
         return outputs
 
+    def settle(self) -> list[Output]:
+        """:meth:`commit`, then :meth:`fold` what it sent: the contributions counted."""
+        return self.commit() + self.fold()
+
     # ------------------------------------------------------------------ the fold
 
     def fold(self) -> list[Output]:

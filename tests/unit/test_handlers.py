@@ -6,6 +6,7 @@ checked against the scored records themselves, each result once."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import orjson
 import pytest
@@ -22,6 +23,14 @@ WIRE = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
 def traffic(results: int = 90, seed: int = 5) -> tuple[list[GoldenQuery], list[RetrievalResult]]:
     demo = DemoTraffic.generate(queries=25, unjudged_share=0.0, seed=seed)
     return demo.golden, list(demo.results(limit=results))
+
+
+def judged(golden: list[GoldenQuery], **options: Any) -> Pipeline:
+    """A pipeline whose qrels table holds ``golden``."""
+    pipeline = Pipeline(**options)
+    for query in golden:
+        pipeline.judge(query)
+    return pipeline
 
 
 def expected_runs(pipeline: Pipeline, results: list[RetrievalResult]) -> dict[str, dict]:
@@ -57,12 +66,9 @@ def assert_runs_count_each_result_once(pipeline: Pipeline, results: list[Retriev
 
 def test_results_are_joined_with_their_qrels_scored_and_counted_once() -> None:
     golden, results = traffic()
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results)
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     qrels = {query.query_id: query.qrels for query in golden}
     scored = {record["resultId"]: record for record in pipeline.scored()}
     assert set(scored) == {result.result_id for result in results}
@@ -87,17 +93,14 @@ def test_results_before_their_qrels_are_parked_then_released_and_counted_once() 
         pipeline.judge(query)
     assert pipeline.parked.value == 0 and pipeline.tables["parked"].data == {}
     pipeline.feed(results[40:])  # their qrels are in: scored at once
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert len(pipeline.scored()) == len(results)
     assert_runs_count_each_result_once(pipeline, results)
 
 
 def test_a_bad_record_is_one_dead_letter_with_its_reason_and_the_rest_is_scored() -> None:
     golden, results = traffic(results=10)
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     good = results[0]
     wrong_key = Record(0, b"not-" + good.query_id.encode(), results[1].to_json_bytes())
     pipeline.feed([good, Record(0, good.query_id.encode(), b"{not json"), wrong_key])
@@ -110,23 +113,18 @@ def test_a_bad_record_is_one_dead_letter_with_its_reason_and_the_rest_is_scored(
     assert {r["resultId"] for r in pipeline.scored()} == {
         r.result_id for r in results if r is not results[1]
     }
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert_runs_count_each_result_once(pipeline, [r for r in results if r is not results[1]])
 
 
 def test_a_redelivered_batch_is_scored_again_but_counted_once() -> None:
     golden, results = traffic()
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results)
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     for partition in range(pipeline.settings.partitions):
         pipeline.redeliver(partition, start=3)  # the offsets from 3 on were not committed
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert len(pipeline.scored()) > len(results)  # at-least-once: scored twice
     assert_runs_count_each_result_once(pipeline, results)
     assert pipeline.telemetry.rollup_duplicates._value.get() > 0
@@ -134,43 +132,33 @@ def test_a_redelivered_batch_is_scored_again_but_counted_once() -> None:
 
 def test_a_crash_before_the_flush_loses_nothing_once_the_inputs_come_again() -> None:
     golden, results = traffic()
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results[:50])
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     pipeline.feed(results[50:])  # scored, contributions pending, then the crash
     pipeline.crash()
     assert pipeline.scoring.pending.size == 0
     for partition in range(pipeline.settings.partitions):
         pipeline.redeliver(partition)  # nothing past the last commit was committed
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert_runs_count_each_result_once(pipeline, results)
 
 
 def test_results_their_producer_sent_twice_count_once_across_a_restart() -> None:
     golden, results = traffic()
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results)
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     pipeline.crash()  # the dedupe window is rebuilt from its table
     pipeline.feed(results[:30])  # the same resultIds at new offsets
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert pipeline.telemetry.rollup_resent._value.get() == 30
     assert_runs_count_each_result_once(pipeline, results)
 
 
 def test_a_seen_entry_whose_run_state_write_was_lost_does_not_block_the_recount() -> None:
     golden, results = traffic()
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results)
     pipeline.commit()
     before = pipeline.snapshot()
@@ -186,21 +174,16 @@ def test_a_seen_entry_whose_run_state_write_was_lost_does_not_block_the_recount(
 def test_after_the_dedupe_window_a_resend_counts_again() -> None:
     now = [1_000_000.0]
     golden, results = traffic(results=30)
-    pipeline = Pipeline(clock=lambda: now[0], rollup_dedupe_seconds=60.0)
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden, clock=lambda: now[0], rollup_dedupe_seconds=60.0)
     pipeline.feed(results)
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     now[0] += 16.0  # the first sweep is due a quarter window after the first fold
     pipeline.feed(results[:1])
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     assert pipeline.telemetry.rollup_resent._value.get() == 1
     now[0] += 61.0  # past the window: the blocks are swept, the resultIds forgotten
     pipeline.feed(results[1:2])
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     swept = pipeline.homes.of(results[1].run_id.encode())
     kept = [Block(v) for v in pipeline.tables["rollup_seen"].data.values()]
     assert [b.seen_at for b in kept if b.partition == swept] == [now[0]]  # the new block only
@@ -211,12 +194,9 @@ def test_after_the_dedupe_window_a_resend_counts_again() -> None:
 
 def test_the_run_document_is_what_the_run_api_serves() -> None:
     golden, results = traffic(results=12)
-    pipeline = Pipeline()
-    for query in golden:
-        pipeline.judge(query)
+    pipeline = judged(golden)
     pipeline.feed(results)
-    pipeline.commit()
-    pipeline.fold()
+    pipeline.settle()
     document = pipeline.run(results[0].run_id)
     assert document is not None
     assert orjson.loads(orjson.dumps(document))["runId"] == results[0].run_id
