@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = r"""
 import json, sys, time
-from scorer.metrics import Judgments, score
-from scorer.rollup import RunRollup
-from scorer.evaluation import evaluate_run_file
+from scorer.core.metrics import Judgments, score
+from scorer.core.rollup import RunRollup
+from scorer.offline.evaluation import evaluate_run_file
 from scorer.io import read_golden
 import pytrec_eval
 from pathlib import Path

@@ -10,7 +10,7 @@ Each stream is a run pair compared after *every* query (the page re-reads the
 compare endpoint every 3 s while results arrive). Printed, as a table:
 
 - A/A: the share of streams ever called different within 10,000 reads, by the
-  anytime-valid sequence (``scorer.anytime``, the endpoint's ``anytime95``) and
+  anytime-valid sequence (``scorer.analysis.anytime``, the endpoint's ``anytime95``) and
   by the fixed-horizon paired 95% interval (``ci95``, from the 10th read on);
 - true gains of 0.02 and 0.05 (the pool shifted, clipped to [-1, 1], its mean
   measured): the median number of queries until ``anytime95`` excludes 0, the
@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.stream import write_section  # noqa: E402
-from scorer import anytime  # noqa: E402
-from scorer.demo import RUNS, DemoTraffic, _ranking  # noqa: E402
-from scorer.metrics import score  # noqa: E402
+from scorer.analysis import anytime  # noqa: E402
+from scorer.core.metrics import score  # noqa: E402
+from scorer.kafka.demo import RUNS, DemoTraffic, _ranking  # noqa: E402
 from scorer.stream.events import golden_entry, judgments_of  # noqa: E402
 
 Z_975, Z_80 = 1.959964, 0.841621

@@ -54,14 +54,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scorer.evaluation import evaluate_run_file  # noqa: E402
+from scorer.core.measures import GROUPS, RETRIEVAL  # noqa: E402
+from scorer.core.metrics import Judgments, score  # noqa: E402
 from scorer.io import read_golden  # noqa: E402
-from scorer.measures import GROUPS, RETRIEVAL  # noqa: E402
-from scorer.metrics import Judgments, score  # noqa: E402
+from scorer.offline.evaluation import evaluate_run_file  # noqa: E402
 
 METRIC_NAMES = tuple(m.wire for m in GROUPS[RETRIEVAL])
 """The seed's five: the measures every peer computes (judged@k and candidate nDCG are ours)."""
-from scorer.rollup import RunRollup  # noqa: E402
+from scorer.core.rollup import RunRollup  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 DOCS_FILE = ROOT / "docs" / "benchmarks.md"

@@ -5,8 +5,8 @@
 
 For each kind of confidence (a probability, a logit spread over many orders of
 magnitude, and each run of the demo traffic) it feeds the same results to
-:class:`scorer.risk_sketch.RiskSketch` and to the exact
-:class:`scorer.risk_coverage.RiskCoverage`, and prints, per loss, the exact
+:class:`scorer.analysis.risk_sketch.RiskSketch` and to the exact
+:class:`scorer.analysis.risk_coverage.RiskCoverage`, and prints, per loss, the exact
 AURC, the sketch's difference from it, the width of the interval the sketch
 certifies (the worst case), and the difference of the optimal AURC. Then the
 bytes of the sketch's JSON state, and of the whole run state the worker writes
@@ -26,12 +26,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scorer.demo import RUNS, DemoTraffic  # noqa: E402
-from scorer.metrics import MetricValues, retrieval_metrics  # noqa: E402
-from scorer.risk_coverage import LOSSES, RiskCoverage  # noqa: E402
-from scorer.risk_sketch import RiskSketch  # noqa: E402
+from scorer.analysis.risk_coverage import LOSSES, RiskCoverage  # noqa: E402
+from scorer.analysis.risk_sketch import RiskSketch  # noqa: E402
+from scorer.analysis.synthetic import predictive_results  # noqa: E402
+from scorer.core.metrics import MetricValues, retrieval_metrics  # noqa: E402
+from scorer.kafka.demo import RUNS, DemoTraffic  # noqa: E402
 from scorer.stream.run_state import Contribution, RunBatch, SourcePosition  # noqa: E402
-from tests.support.confidences import predictive_results  # noqa: E402
 
 
 def demo_results(count: int) -> dict[str, list[tuple[float | None, MetricValues, str, str]]]:

@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from scorer.kafka.launcher import start_broker, stop_broker  # noqa: E402
 from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
-from tests.support.worker import Worker, free_port  # noqa: E402
+from scorer.stream.process import Worker, free_port  # noqa: E402
 
 PIPELINES = ("pipe", "pipe-eos", "faust", "scorer", "scorer-eos")
 BASELINE = "scorer-base"
@@ -221,7 +221,7 @@ def faust_pipeline(
         log = (workdir / "forward.log").open("ab")
         process.append(
             subprocess.Popen(
-                # The log level the scorer runs with here (tests.support.worker):
+                # The log level the scorer runs with here (scorer.stream.process):
                 # at warn or above Faust's worker sets the root logger to DEBUG for its
                 # start-up spinner, and every debug call of Faust and aiokafka then
                 # builds a log record (+0.2 ms per event measured, see docs/benchmarks.md).

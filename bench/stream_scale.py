@@ -48,7 +48,7 @@ from stream import (  # noqa: E402
 from scorer.kafka.launcher import start_broker, stop_broker  # noqa: E402
 from scorer.kafka.topics import ensure_topics  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
-from tests.support.worker import Worker  # noqa: E402
+from scorer.stream.process import Worker  # noqa: E402
 
 
 class Figures(NamedTuple):

@@ -31,12 +31,12 @@ from aiokafka.partitioner import DefaultPartitioner
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scorer.core.metrics import ideal_dcg  # noqa: E402
 from scorer.kafka.launcher import start_broker, stop_broker  # noqa: E402
 from scorer.kafka.topics import ensure_topics  # noqa: E402
-from scorer.metrics import ideal_dcg  # noqa: E402
 from scorer.settings import Settings  # noqa: E402
 from scorer.stream.events import qrels_fingerprint  # noqa: E402
-from tests.support.worker import Worker  # noqa: E402
+from scorer.stream.process import Worker  # noqa: E402
 
 FACETS = {"type": ("factoid", "list", "how-to"), "popularity": ("head", "tail")}
 

@@ -1,11 +1,15 @@
 """Streaming scorer for retrieval quality.
 
-Layers, each knowing only those below it: ``schemas`` (wire contract),
-``scorer.metrics`` (pure metric functions), ``scorer.rollup`` (aggregation),
-``scorer.io`` (offline readers), ``scorer.kafka`` (local broker, admin),
-``scorer.stream`` (the Faust worker), ``scorer.cli`` (entry points).
+Packages by role, each importing only those listed before it: ``schemas``
+(the wire contract, top-level), ``scorer.settings`` (the one configuration
+model), ``scorer.core`` (measure registry, metric kernel, mean fold),
+``scorer.analysis`` (comparisons, anytime-valid bounds, risk–coverage),
+``scorer.io`` (offline readers), ``scorer.offline`` (run files against qrels),
+``scorer.kafka`` (local broker, admin, sample traffic), ``scorer.page`` (the
+evals page, offline and live), ``scorer.stream`` (the Faust worker) and
+``scorer.cli`` (entry points).
 
-For notebooks, :func:`evaluate` and :func:`compare_runs` (:mod:`scorer.notebook`),
+For notebooks, :func:`evaluate` and :func:`compare_runs` (:mod:`scorer.offline.notebook`),
 imported lazily so that ``import scorer`` stays cheap.
 """
 
@@ -20,8 +24,8 @@ __all__ = ["__version__", "compare_runs", "evaluate"]
 def evaluate(qrels: Any, run: Any, k: int | list[int] = 10, **options: Any) -> dict[str, Any]:
     """Score a run against qrels (dicts as pytrec_eval/ranx hold them, or pandas
     DataFrames with TREC columns): what ``scorer eval --format json`` prints.
-    See :func:`scorer.notebook.evaluate`."""
-    from scorer.notebook import evaluate as evaluate_run
+    See :func:`scorer.offline.notebook.evaluate`."""
+    from scorer.offline.notebook import evaluate as evaluate_run
 
     return evaluate_run(qrels, run, k, **options)
 
@@ -29,8 +33,7 @@ def evaluate(qrels: Any, run: Any, k: int | list[int] = 10, **options: Any) -> d
 def compare_runs(qrels: Any, runs: Any, k: int | list[int] = 10, **options: Any) -> dict[str, Any]:
     """Score several runs (run id -> run, the first the baseline) and compare each
     with the first: paired t and randomization tests, Holm-corrected.
-    See :func:`scorer.notebook.compare`. (Not ``scorer.compare``: that name is the
-    run API's module, which would shadow a function as soon as it is imported.)"""
-    from scorer.notebook import compare
+    See :func:`scorer.offline.notebook.compare`."""
+    from scorer.offline.notebook import compare
 
     return compare(qrels, runs, k, **options)

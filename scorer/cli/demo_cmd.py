@@ -166,7 +166,7 @@ async def send_traffic(
     duration: float | None,
 ) -> None:  # fmt: skip
     """The golden set, then results at ``rate`` per second, with a share of bad events."""
-    from scorer.demo import DemoTraffic
+    from scorer.kafka.demo import DemoTraffic
     from scorer.kafka.producer import make_producer, paced
 
     traffic = DemoTraffic.generate(queries=queries, unjudged_share=unjudged)

@@ -23,19 +23,19 @@ from typing import Any
 import click
 import orjson
 
-from scorer.evaluation import (
+from scorer.analysis.risk_coverage import LOSSES
+from scorer.analysis.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
+from scorer.core.measures import MEASURES, METRIC_NAMES
+from scorer.io import Golden, InputError, file_size, read_golden
+from scorer.io import Progress as ProgressCallback
+from scorer.io.detect import gc_paused
+from scorer.io.runs import COLUMNAR_MIN_BYTES
+from scorer.offline.evaluation import (
     Evaluation,
     as_document,
     combine,
     evaluate_run_file_cutoffs,
 )
-from scorer.io import Golden, InputError, file_size, read_golden
-from scorer.io import Progress as ProgressCallback
-from scorer.io.detect import gc_paused
-from scorer.io.runs import COLUMNAR_MIN_BYTES
-from scorer.measures import MEASURES, METRIC_NAMES
-from scorer.risk_coverage import LOSSES
-from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 
 DEFAULT_K = 10
 """The streaming scorer's default cutoff (``Settings.default_retrieval_k``; a unit

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scorer.core.metrics import MAX_GRADE
 from scorer.io.detect import COMMENT, FileKind, detect_kind, gc_paused, open_binary, open_text
 from scorer.io.errors import InputError
-from scorer.metrics import MAX_GRADE
 
 if TYPE_CHECKING:
     pass
@@ -59,7 +59,7 @@ def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
 
     Blank lines and comment lines (``#`` first, as trec_eval reads them) are skipped.
     A docid judged twice for the same query is an error: which grade would count
-    is anyone's guess; so is a grade above :data:`scorer.metrics.MAX_GRADE`.
+    is anyone's guess; so is a grade above :data:`scorer.core.metrics.MAX_GRADE`.
 
     Read by :mod:`scorer.io.columnar` when it can; any file it cannot read
     cleanly is read again line by line, which says what is wrong and where.

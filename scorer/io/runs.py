@@ -142,7 +142,7 @@ class JoinedRanking(Sequence[str]):
     :func:`scorer.io.columnar.run_blocks` gives them), split only as far as they
     are read.
 
-    :func:`scorer.metrics.score` reads the top ``max(k, 10)`` ids, and the rest
+    :func:`scorer.core.metrics.score` reads the top ``max(k, 10)`` ids, and the rest
     only for MRR when none of those is relevant: in bench/offline.py's runs a
     quarter of the queries. Splitting every ranking whole made its ids into
     Python strings that were never looked at (a fifth of the main thread's time

@@ -1,4 +1,6 @@
-"""Kafka at the edge of the scorer: the local broker launcher and topic administration.
+"""Kafka at the edge of the scorer: the local broker launcher, topic
+administration, the probe, a plain producer and the demo's sample traffic
+(``demo``).
 
-Neither module imports Faust; both are usable from the CLI, the demo and the tests.
+Nothing here imports Faust; it is usable from the CLI, the demo and the tests.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from scorer.measures import HEADLINE, MEASURES
+from scorer.core.measures import HEADLINE, MEASURES
 
 DOCUMENT_ELEMENT_ID = "evals-document"
 

@@ -8,7 +8,7 @@
   const API = "/api/v1/evals/runs";
   const POLL_MS = 3000;
   // [wire name, label] of every measure and of the run list's headline ones, written in
-  // from the registry (scorer.measures) when the page is assembled.
+  // from the registry (scorer.core.measures) when the page is assembled.
   const { METRICS, HEADLINE } = /*EVALS-MEASURES*/;
   const LOSSES = [
     ["miss", "miss (1 − hit@k)", "solid line, circles"],

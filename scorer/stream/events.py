@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
-from scorer.metrics import Judgments, MetricValues, score
+from scorer.core.metrics import Judgments, MetricValues, score
 
 DEADLETTER_HEADER_PREFIX = "x-scorer-"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.events import MAX_ID_LENGTH
 from scorer import __version__
-from scorer.measures import MEASURES, METRIC_NAMES
+from scorer.core.measures import MEASURES, METRIC_NAMES
 from scorer.stream.run_list import DEFAULT_LIMIT, MAX_LIMIT
 
 _METRICS = {

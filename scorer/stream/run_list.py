@@ -13,8 +13,8 @@ from typing import Any
 
 from yarl import URL
 
-from scorer import measures
-from scorer.rollup import MetricAggregate
+from scorer.core import measures
+from scorer.core.rollup import MetricAggregate
 from scorer.stream.run_state import trend_of
 
 DEFAULT_LIMIT = 50

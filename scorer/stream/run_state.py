@@ -33,10 +33,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from scorer.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
-from scorer.metrics import MetricValues
-from scorer.risk_sketch import RiskSketch
-from scorer.rollup import RunRollup
+from scorer.analysis.risk_sketch import RiskSketch
+from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
+from scorer.core.metrics import MetricValues
+from scorer.core.rollup import RunRollup
 from scorer.stream.limits import split_rows
 
 
@@ -64,7 +64,7 @@ class Contribution:
     result_id: str
     query_id: str
     values: list[float]
-    """Every measure, in ``scorer.measures.METRIC_NAMES`` order."""
+    """Every measure, in ``scorer.core.measures.METRIC_NAMES`` order."""
     facets: dict[str, str]
     confidence: float | None = None
     """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
@@ -441,7 +441,7 @@ enteredAt, first value of each measure...]``: the sums give the query's mean (th
 fixed-horizon paired comparison), the first answer and when it was folded (``now``)
 give the anytime-valid one its observation, which later answers do not rewrite.
 Older layouts are read by :func:`_current_query_entry`. Straight-line code from the
-registry (``scorer.measures.unrolled``): a loop here was a quarter of a fold's time."""
+registry (``scorer.core.measures.unrolled``): a loop here was a quarter of a fold's time."""
 
 
 def query_means(entry: list[float]) -> list[float]:

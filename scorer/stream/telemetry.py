@@ -3,7 +3,7 @@
 Names (the recording rules and dashboards in ``deploy/`` rely on them):
 
 - ``scorer_retrieval_<metric>`` histograms, one per measure of the registry
-  (``scorer.measures.MEASURES``: ``recall_at_k``, ``precision_at_k``, ``ndcg_at_10``,
+  (``scorer.core.measures.MEASURES``: ``recall_at_k``, ``precision_at_k``, ``ndcg_at_10``,
   ``mrr``, ``hit_at_k`` ...), labels ``facet`` and ``value``; every scored result
   is also observed under ``facet="all", value="all"``. ``_sum / _count`` is the mean.
 - ``scorer_results_total{outcome}``: results that reached their final place,
@@ -31,7 +31,7 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   confidence in the bucket and their summed losses, and the same above the bucket.
   Counters, so they sum across workers; the recording rules build the rolling
   AURC of each facet value from them (a bucket is a tie group, as in
-  ``scorer.risk_sketch``). Every bucket of a label pair exists from its first
+  ``scorer.analysis.risk_sketch``). Every bucket of a label pair exists from its first
   scored result, with or without a confidence.
 - ``scorer_scoring_latency_seconds``: from consuming a result to handing its
   scored record to the producer. ``scorer_result_age_seconds``: from the
@@ -56,9 +56,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from scorer.measures import MEASURES, each, unrolled
-from scorer.metrics import MetricValues
-from scorer.risk_coverage import losses_of
+from scorer.analysis.risk_coverage import losses_of
+from scorer.core.measures import MEASURES, each, unrolled
+from scorer.core.metrics import MetricValues
 from scorer.settings import CONFIDENCE_EDGES
 
 ALL = "all"

@@ -14,7 +14,7 @@ theirs, so sums over workers count a pair once.
 Error rate: the ten overall verdicts of a pair (five metrics, two designs) are
 taken at alpha / 10 each, so the chance that any of them is *ever* wrong,
 however long the pair is watched, is at most ``SCORER_COMPARE_ALPHA``; the facet
-verdicts split the same alpha / 10 over their own family (``scorer.compare``).
+verdicts split the same alpha / 10 over their own family (``scorer.analysis.compare``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from prometheus_client import Gauge
 
-from scorer.measures import WATCHED
+from scorer.core.measures import WATCHED
 from scorer.stream.parts import StreamParts
 
 logger = logging.getLogger(__name__)

@@ -22,10 +22,10 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from schemas.events import MAX_ID_LENGTH
-from scorer.compare import compare_runs
+from scorer.analysis.compare import compare_runs
+from scorer.core.rollup import MetricAggregate
 from scorer.kafka.topics import missing_topics
 from scorer.page import page_html
-from scorer.rollup import MetricAggregate
 from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.openapi import OPENAPI

@@ -29,9 +29,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from scorer.cli import main
-from scorer.demo import DemoTraffic
+from scorer.core.metrics import METRIC_NAMES
+from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
-from scorer.metrics import METRIC_NAMES
 from scorer.settings import Settings
 from tests.integration.test_rollups import mix_golden_sets, replay
 from tests.integration.test_worker import wait_for, write_jsonl

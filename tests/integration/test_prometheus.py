@@ -42,10 +42,10 @@ import yaml
 from aiokafka import AIOKafkaProducer
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
-from scorer.demo import DemoTraffic
+from scorer.analysis.risk_coverage import RiskCoverage
+from scorer.core.metrics import MetricValues
+from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
-from scorer.metrics import MetricValues
-from scorer.risk_coverage import RiskCoverage
 from scorer.settings import Settings
 from scorer.stream.telemetry import ALL, METRIC_SERIES
 from tests.integration.prom_support import (

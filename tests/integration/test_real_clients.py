@@ -9,7 +9,7 @@ ids:
   exactly the committed results sent (and, under exactly_once, no duplicate);
 - no result of an aborted transaction is scored;
 - the run API's count and means equal the Python metric code's
-  (``scorer.metrics`` and ``scorer.rollup``, what ``scorer eval`` runs) on the
+  (``scorer.core.metrics`` and ``scorer.core.rollup``, what ``scorer eval`` runs) on the
   committed results;
 - no result whose qrels exist is counted unjudged, nothing valid is dead-lettered
   (the workers' ``scorer_results_total``);
@@ -50,11 +50,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas import GoldenQuery, RetrievalResult
-from scorer.demo import DemoTraffic
+from scorer.core.metrics import METRIC_NAMES, retrieval_metrics
+from scorer.core.rollup import RunRollup
+from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.launcher import ensure_jars
 from scorer.kafka.topics import ensure_topics
-from scorer.metrics import METRIC_NAMES, retrieval_metrics
-from scorer.rollup import RunRollup
 from scorer.settings import Settings
 from tests.support.clients import (
     Delivered,

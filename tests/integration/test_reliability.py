@@ -34,10 +34,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas import GoldenQuery, RetrievalResult
-from scorer.demo import DemoTraffic
+from scorer.core.metrics import retrieval_metrics
+from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
 from scorer.kafka.topics import describe_topics, ensure_topics
-from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from scorer.stream import run_state
 from tests.integration.test_worker import wait_for

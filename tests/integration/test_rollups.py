@@ -11,11 +11,11 @@ import pytest
 from scipy import stats
 
 from schemas import RetrievalResult
-from scorer.demo import DemoTraffic, _ranking
+from scorer.analysis.risk_sketch import RiskSketch
+from scorer.core.metrics import METRIC_NAMES, retrieval_metrics
+from scorer.core.rollup import RunRollup
+from scorer.kafka.demo import DemoTraffic, _ranking
 from scorer.kafka.topics import ensure_topics
-from scorer.metrics import METRIC_NAMES, retrieval_metrics
-from scorer.risk_sketch import RiskSketch
-from scorer.rollup import RunRollup
 from scorer.settings import Settings
 from tests.integration.test_worker import offline_eval, wait_for, write_jsonl
 from tests.support.kafka import settings_for

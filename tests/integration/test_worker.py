@@ -17,9 +17,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
-from scorer.demo import DemoTraffic
+from scorer.core.metrics import retrieval_metrics
+from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.topics import ensure_topics
-from scorer.metrics import retrieval_metrics
 from scorer.settings import Settings
 from tests.support.kafka import settings_for
 from tests.support.worker import SCORER, Worker, consume, worker_env

@@ -1,4 +1,4 @@
-"""Anytime-valid confidence sequences (scorer.anytime): coverage at every step of a
+"""Anytime-valid confidence sequences (scorer.analysis.anytime): coverage at every step of a
 large seeded simulation, agreement between the bounds and the tests, widths."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer import anytime
+from scorer.analysis import anytime
 
 
 def simulated(streams: int, steps: int, seed: int, mean: float) -> np.ndarray:

@@ -244,8 +244,8 @@ def test_a_big_run_reads_the_qrels_alongside_and_scores_the_same(
 def test_reading_the_qrels_alongside_the_run_gives_the_same_evaluation() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from scorer.evaluation import evaluate_run_file_cutoffs
     from scorer.io import read_golden
+    from scorer.offline.evaluation import evaluate_run_file_cutoffs
 
     qrels, run = EXAMPLES / "qrels.txt", EXAMPLES / "run.txt"
     golden = read_golden(qrels)

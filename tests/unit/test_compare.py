@@ -1,4 +1,4 @@
-"""Comparing two runs (scorer.compare): Welch's interval and the paired interval
+"""Comparing two runs (scorer.analysis.compare): Welch's interval and the paired interval
 against scipy, the win/loss/tie counts against a plain count, and the edge cases
 (too few results or shared queries for an interval)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from scorer import anytime
-from scorer.compare import (
+from scorer.analysis import anytime
+from scorer.analysis.compare import (
     anytime_difference,
     compare_runs,
     facet_comparisons,
@@ -20,8 +20,8 @@ from scorer.compare import (
     unpaired,
     welch_interval,
 )
-from scorer.metrics import METRIC_NAMES
-from scorer.rollup import MetricAggregate
+from scorer.core.metrics import METRIC_NAMES
+from scorer.core.rollup import MetricAggregate
 
 N = len(METRIC_NAMES)
 

@@ -3,9 +3,9 @@ risk–coverage numbers are those of a retriever worth letting abstain."""
 
 from __future__ import annotations
 
-from scorer.demo import RUNS, DemoTraffic
-from scorer.metrics import retrieval_metrics
-from scorer.risk_coverage import RiskCoverage
+from scorer.analysis.risk_coverage import RiskCoverage
+from scorer.core.metrics import retrieval_metrics
+from scorer.kafka.demo import RUNS, DemoTraffic
 
 
 def test_every_ranking_has_descending_scores_one_per_id() -> None:

@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import scorer
+from scorer.analysis.risk_coverage import loss_curve
 from scorer.cli import main
-from scorer.evaluation import evaluate_run_file
 from scorer.io import read_golden
 from scorer.io import runs as run_reader
-from scorer.risk_coverage import loss_curve
+from scorer.offline.evaluation import evaluate_run_file
 
 # docs/metrics.md's example at k = 1: top confidences 0.9, 0.8, 0.8, 0.1 and misses 0, 1, 0, 1.
 QRELS = "q1 0 g1 2\nq2 0 g2 1\nq3 0 g3 3\nq4 0 g4 1\nq5 0 g5 1\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scorer.evaluation import evaluate
 from scorer.io import JudgedQuery, Retrieval
+from scorer.offline.evaluation import evaluate
 
 GOLDEN = {
     "q1": JudgedQuery(qrels={"a": 3, "b": 1}, facets={"type": "factoid", "popularity": "head"}),

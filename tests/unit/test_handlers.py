@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from schemas import GoldenQuery, RetrievalResult
-from scorer.demo import DemoTraffic
-from scorer.metrics import retrieval_metrics
+from scorer.core.metrics import retrieval_metrics
+from scorer.kafka.demo import DemoTraffic
 from scorer.stream.seen import Block
 from scorer.stream.testing import Pipeline, Record
 

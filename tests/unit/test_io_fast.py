@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorer.cli import main
-from scorer.evaluation import evaluate_run_file
 from scorer.io import InputError, columnar, iter_retrievals, read_golden
 from scorer.io import qrels as qrels_reader
 from scorer.io import runs as run_reader
+from scorer.offline.evaluation import evaluate_run_file
 
 QIDS = ["q1", "q2", "q10", "qé"]
 DOCS = ["a", "b", "c", "d10", "d9", "Z", "é", "ü", "日本"]
@@ -580,7 +580,7 @@ def test_a_joined_ranking_reads_as_the_list_it_stands_for(
 def test_scoring_a_joined_ranking_gives_the_list_s_metrics(
     ids: list[str], qrels: dict[str, int], k: int
 ) -> None:
-    from scorer.metrics import Judgments, score
+    from scorer.core.metrics import Judgments, score
 
     judgments = Judgments.from_qrels(qrels)
     joined = run_reader.JoinedRanking("\n".join(ids))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.metrics import Judgments, retrieval_metrics, score
+from scorer.core.metrics import Judgments, retrieval_metrics, score
 
 SEED_QRELS = {"A": 3, "B": 2, "C": 1}
 SEED_RANKED = ["B", "X", "A", "C"]

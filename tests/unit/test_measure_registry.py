@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from scorer import measures
-from scorer.metrics import MetricValues
+from scorer.core import measures
+from scorer.core.metrics import MetricValues
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,9 +28,9 @@ KERNEL_ANCHOR = "        # A measure added to the registry returns its value her
 PROBE = r"""
 import json
 from scorer.cli.eval_cmd import _HEADINGS
-from scorer.compare import compare_runs
-from scorer.metrics import retrieval_metrics
-from scorer.rollup import RunRollup
+from scorer.analysis.compare import compare_runs
+from scorer.core.metrics import retrieval_metrics
+from scorer.core.rollup import RunRollup
 from scorer.stream.openapi import OPENAPI
 from scorer.page import page_html
 from scorer.stream.run_state import RunBatch, contribution_row, query_means
@@ -75,13 +75,13 @@ def with_new_measure(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for package in ("scorer", "schemas"):
         skip = shutil.ignore_patterns("__pycache__")
         shutil.copytree(ROOT / package, copy / package, ignore=skip)
-    registry = copy / "scorer" / "measures.py"
+    registry = copy / "scorer" / "core" / "measures.py"
     text = registry.read_text()
     anchor = ")  # fmt: skip\n"
     assert text.count(anchor) == 1
     spec = NEW_SPEC.replace("len(MEASURES_SO_FAR)", str(len(measures.MEASURES)))
     registry.write_text(text.replace(anchor, spec + anchor))
-    kernel = copy / "scorer" / "metrics.py"
+    kernel = copy / "scorer" / "core" / "metrics.py"
     text = kernel.read_text()
     assert text.count(KERNEL_ANCHOR) == 1
     kernel.write_text(text.replace(KERNEL_ANCHOR, NEW_KERNEL_LINE + KERNEL_ANCHOR))

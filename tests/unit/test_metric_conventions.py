@@ -9,9 +9,7 @@ import math
 
 import pytest
 
-from scorer.evaluation import evaluate
-from scorer.io import JudgedQuery, Retrieval
-from scorer.metrics import (
+from scorer.core.metrics import (
     MetricValues,
     hit_at_k,
     mrr,
@@ -20,6 +18,8 @@ from scorer.metrics import (
     recall_at_k,
     retrieval_metrics,
 )
+from scorer.io import JudgedQuery, Retrieval
+from scorer.offline.evaluation import evaluate
 from scorer.settings import Settings
 
 SEED_QRELS = {"A": 3, "B": 2, "C": 1}

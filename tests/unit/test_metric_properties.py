@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.metrics import Judgments, retrieval_metrics, score
+from scorer.core.metrics import Judgments, retrieval_metrics, score
 
 ids = st.sampled_from([f"d{i}" for i in range(25)])
 qrels_strategy = st.dictionaries(ids, st.integers(-2, 5), max_size=15)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
-from scorer.metrics import retrieval_metrics
+from scorer.core.metrics import retrieval_metrics
 
 POOL = [f"d{i}" for i in range(30)]
 TOLERANCE = 1e-12

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from openapi_spec_validator import validate
 
-from scorer.metrics import METRIC_NAMES
+from scorer.core.metrics import METRIC_NAMES
 from scorer.stream.openapi import OPENAPI, openapi_text
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "openapi.json"

@@ -1,4 +1,4 @@
-"""scorer.risk_coverage: docs/metrics.md's worked example, ties by expectation in any
+"""scorer.analysis.risk_coverage: docs/metrics.md's worked example, ties by expectation in any
 input order, the properties of AURC, and a differential test against a naive
 implementation that averages the plain AURC over every order of each tie group,
 in exact fractions."""
@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.metrics import MetricValues
-from scorer.risk_coverage import (
+from scorer.analysis.risk_coverage import (
     CURVE_STEPS,
     RiskCoverage,
     RunRiskCoverage,
     curve_positions,
     loss_curve,
 )
+from scorer.core.metrics import MetricValues
 
 # docs/metrics.md, "Risk–coverage": confidences [0.9, 0.8, 0.8, 0.1], misses [0, 1, 0, 1].
 EXAMPLE_CONFIDENCES = [0.9, 0.8, 0.8, 0.1]
@@ -260,7 +260,7 @@ def test_prefix_sums_are_those_of_the_walk_group_by_group_to_the_last_bit(
 ) -> None:
     # Runs of the results between tie groups of unequal losses are summed in one
     # stretch: the same floating-point operations as group by group.
-    from scorer.risk_coverage import _prefix_sums
+    from scorer.analysis.risk_coverage import _prefix_sums
 
     confidences = [float(confidence) for confidence, _ in pairs]
     losses = [loss for _, loss in pairs]

@@ -1,5 +1,5 @@
-"""scorer.risk_sketch: the live risk–coverage of a run in bounded state, against the
-exact offline block (scorer.risk_coverage) on the same results."""
+"""scorer.analysis.risk_sketch: the live risk–coverage of a run in bounded state, against the
+exact offline block (scorer.analysis.risk_coverage) on the same results."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.metrics import MetricValues
-from scorer.risk_coverage import CURVE_STEPS, RiskCoverage
-from scorer.risk_sketch import (
+from scorer.analysis.risk_coverage import CURVE_STEPS, RiskCoverage
+from scorer.analysis.risk_sketch import (
     LOSS_BINS,
     MAX_BUCKETS,
     RELATIVE_ACCURACY,
@@ -21,7 +20,8 @@ from scorer.risk_sketch import (
     bucket_key,
     harmonic_span,
 )
-from tests.support.confidences import predictive_results
+from scorer.analysis.synthetic import predictive_results
+from scorer.core.metrics import MetricValues
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 unit = st.floats(min_value=0.0, max_value=1.0)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from scorer.metrics import METRIC_NAMES
-from scorer.rollup import MetricAggregate, RunRollup, bounded_interval
+from scorer.core.metrics import METRIC_NAMES
+from scorer.core.rollup import MetricAggregate, RunRollup, bounded_interval
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
 rows = st.lists(

@@ -29,7 +29,7 @@ def test_a_run_entry_reads_the_count_and_update_time_of_the_state():
 
 
 def test_a_run_entry_carries_the_headline_metrics_with_the_runs_own_intervals():
-    from scorer.rollup import RunRollup
+    from scorer.core.rollup import RunRollup
     from scorer.stream.run_state import run_document
 
     rollup = RunRollup()
@@ -117,7 +117,7 @@ def test_the_list_warns_of_a_run_the_golden_set_covers_under_half_of() -> None:
 
 
 def test_a_run_entry_carries_its_warnings() -> None:
-    from scorer.rollup import RunRollup
+    from scorer.core.rollup import RunRollup
 
     rollup = RunRollup()
     for _ in range(30):  # judged@k (slot 5) 0.2 in every result
@@ -130,7 +130,7 @@ def test_a_run_entry_carries_its_warnings() -> None:
 
 
 def test_the_list_warns_of_a_run_that_mixes_golden_sets() -> None:
-    from scorer.rollup import RunRollup
+    from scorer.core.rollup import RunRollup
     from scorer.stream.run_list import warnings_of
 
     (warning,) = warnings_of(40, {"judgedAtK": 0.9}, changed_qrels=12)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.metrics import METRIC_NAMES
+from scorer.core.metrics import METRIC_NAMES
 from scorer.stream import run_state
 from scorer.stream.run_state import Contribution, PendingRollups, RunBatch, SourcePosition
 from scorer.stream.seen import Block, SeenIndex, key_hash, split_entries
@@ -322,9 +322,9 @@ def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
 def test_the_facet_cap_is_the_same_offline_and_live() -> None:
     """One rule in the shared rollup: past 200 values of a facet in a run, the rest
     count under ``other``, in ``scorer eval``'s document as in the run API's."""
-    from scorer.evaluation import RunEvaluation
-    from scorer.metrics import MetricValues
-    from scorer.rollup import MAX_FACET_VALUES_PER_RUN
+    from scorer.core.metrics import MetricValues
+    from scorer.core.rollup import MAX_FACET_VALUES_PER_RUN
+    from scorer.offline.evaluation import RunEvaluation
 
     n = MAX_FACET_VALUES_PER_RUN + 25
     values = MetricValues(1.0, 0.5, 0.25, 1.0, 1, 1.0, 0.5)

@@ -12,9 +12,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from scorer.metrics import METRIC_NAMES
-from scorer.significance import compare_with_baseline, paired_t_test, randomization_tests
-from scorer.stats import holm
+from scorer.analysis.significance import compare_with_baseline, paired_t_test, randomization_tests
+from scorer.core.metrics import METRIC_NAMES
+from scorer.core.stats import holm
 
 
 def reference_randomization(differences: list[float], permutations: int, seed: int) -> float:
@@ -103,11 +103,11 @@ def test_python_and_numpy_paths_agree_whatever_the_block_size(
 ) -> None:
     rng = random.Random(queries)
     rows = [[rng.gauss(0.02, 0.2), rng.choice([0.0, 0.5, -0.5])] for _ in range(queries)]
-    monkeypatch.setattr("scorer.significance._PYTHON_WORK", 10**12)
+    monkeypatch.setattr("scorer.analysis.significance._PYTHON_WORK", 10**12)
     in_python = randomization_tests(rows, 1_000, 5)
-    monkeypatch.setattr("scorer.significance._PYTHON_WORK", 0)
+    monkeypatch.setattr("scorer.analysis.significance._PYTHON_WORK", 0)
     with_numpy = randomization_tests(rows, 1_000, 5)
-    monkeypatch.setattr("scorer.significance._PERMUTATIONS_PER_BLOCK", 7)
+    monkeypatch.setattr("scorer.analysis.significance._PERMUTATIONS_PER_BLOCK", 7)
     assert randomization_tests(rows, 1_000, 5) == with_numpy == in_python
     columns = [[row[i] for row in rows] for i in range(2)]
     assert in_python == [reference_randomization(column, 1_000, 5) for column in columns]

@@ -1,4 +1,4 @@
-"""scorer.stats, written to keep scipy out of start-up, against scipy itself."""
+"""scorer.core.stats, written to keep scipy out of start-up, against scipy itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from scorer.stats import holm, normal_quantile, student_t_sf, t_quantile, wilson_interval
+from scorer.core.stats import holm, normal_quantile, student_t_sf, t_quantile, wilson_interval
 
 DEGREES = [0.3, 0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 7.3, 10, 19.9, 20, 29, 30, 99, 1000, 9999, 1e5, 1e6]
 PROBABILITIES = [1e-9, 1e-6, 0.001, 0.025, 0.3, 0.51, 0.75, 0.9, 0.95, 0.975, 0.99, 0.999]

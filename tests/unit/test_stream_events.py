@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
-from scorer.metrics import Judgments, retrieval_metrics
+from scorer.core.metrics import Judgments, retrieval_metrics
 from scorer.stream import events
 
 GOLDEN = GoldenQuery(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scorer.measures import MEASURES
-from scorer.metrics import MetricValues
+from scorer.core.measures import MEASURES
+from scorer.core.metrics import MetricValues
 from scorer.stream.telemetry import FacetLabels, Telemetry
 
 
@@ -51,7 +51,7 @@ def reference_histograms(registry):
     """prometheus_client's own histograms of every measure, by facet and value."""
     from prometheus_client import Histogram
 
-    from scorer.measures import MEASURES
+    from scorer.core.measures import MEASURES
     from scorer.stream.telemetry import METRIC_BUCKETS
 
     return [

@@ -14,11 +14,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from scorer.evaluation import evaluate_run_file
+from scorer.core.metrics import METRIC_NAMES
 from scorer.io import InputError, read_golden
 from scorer.io import qrels as qrels_reader
 from scorer.io import runs as run_reader
-from scorer.metrics import METRIC_NAMES
+from scorer.offline.evaluation import evaluate_run_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "trec_eval"
 TOLERANCE = 5.01e-5

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from scorer.compare import compare_runs
-from scorer.metrics import METRIC_NAMES
-from scorer.rollup import MetricAggregate
+from scorer.analysis.compare import compare_runs
+from scorer.core.metrics import METRIC_NAMES
+from scorer.core.rollup import MetricAggregate
 from scorer.stream.watch import WatchGauges, pair_series, verdict
 
 

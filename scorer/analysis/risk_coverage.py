@@ -40,7 +40,7 @@ from itertools import accumulate, compress, islice
 from operator import eq, truediv
 from typing import Any
 
-from scorer.metrics import MetricValues
+from scorer.core.metrics import MetricValues
 
 LOSSES = ("miss", "ndcgLoss")
 """Wire names of the two losses, in the order :meth:`RiskCoverage.add` takes them."""
@@ -212,7 +212,8 @@ class RiskCoverage:
 
 @dataclass(slots=True)
 class RunRiskCoverage:
-    """A run's risk–coverage, overall and per facet value (as :class:`scorer.rollup.RunRollup`)."""
+    """A run's risk–coverage, overall and per facet value (as
+    :class:`scorer.core.rollup.RunRollup`)."""
 
     overall: RiskCoverage = field(default_factory=RiskCoverage)
     facets: dict[str, dict[str, RiskCoverage]] = field(default_factory=dict)

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from scorer.measures import GROUPS, MEASURES, METRIC_NAMES
+from scorer.core.measures import GROUPS, MEASURES, METRIC_NAMES
 
 __all__ = ["METRIC_NAMES", "Judgments", "MetricValues", "score"]
 
@@ -76,7 +76,7 @@ _WIRE_GROUPS = tuple(
 
 
 class MetricValues(_MetricTuple):
-    """The measures of one ranked list, one field per spec of ``scorer.measures.MEASURES``
+    """The measures of one ranked list, one field per spec of ``scorer.core.measures.MEASURES``
     (its ``field`` name), in slot order."""
 
     __slots__ = ()
@@ -202,7 +202,7 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
     else:
         candidate = 0.0
     filled = k if len(ranked) > k else len(ranked)
-    return MetricValues(  # positional: the slots of scorer.measures.MEASURES
+    return MetricValues(  # positional: the slots of scorer.core.measures.MEASURES
         hits / n_relevant if n_relevant else 0.0,
         hits / k,
         dcg / ideal if ideal > 0 else 0.0,

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scorer.measures import METRIC_NAMES, each, unrolled
-from scorer.stats import t_quantile_975, wilson_interval
+from scorer.core.measures import METRIC_NAMES, each, unrolled
+from scorer.core.stats import t_quantile_975, wilson_interval
 
 MAX_FACET_VALUES_PER_RUN = 200
 """Distinct values kept per facet and run; later ones are counted under ``other``
@@ -92,7 +92,7 @@ class MetricAggregate:
     """Per slot, results folded in without that measure (a state or a row written
     before the measure existed, ``RunRollup.add``); None when there are none."""
 
-    # Straight-line code from the registry (``scorer.measures.unrolled``): the worker
+    # Straight-line code from the registry (``scorer.core.measures.unrolled``): the worker
     # folds every result into a run's overall aggregate and one per facet value.
     add = _add
 

@@ -1,10 +1,10 @@
 """Risk–coverage of a live run in bounded state: a sketch of the confidences.
 
-The offline block (:mod:`scorer.risk_coverage`) keeps every result; a run in
+The offline block (:mod:`scorer.analysis.risk_coverage`) keeps every result; a run in
 the streaming worker keeps this instead, in its rollup state, and answers the
 same JSON block (:meth:`RiskSketch.summary`) from it. Definitions (confidence,
 losses, ties by expectation, AURC, optimal AURC, E-AURC) are docs/metrics.md's
-("Risk–coverage") and the losses are :func:`scorer.risk_coverage.losses_of`.
+("Risk–coverage") and the losses are :func:`scorer.analysis.risk_coverage.losses_of`.
 
 **Confidence buckets** (DDSketch-style, Masson, Rim & Lee 2019): a confidence
 ``x`` goes to the bucket ``ceil(log|x| / log(gamma))`` of its sign (zero has a
@@ -52,8 +52,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scorer.metrics import MetricValues
-from scorer.risk_coverage import LOSSES, LossCurve, curve_positions, losses_of
+from scorer.analysis.risk_coverage import LOSSES, LossCurve, curve_positions, losses_of
+from scorer.core.metrics import MetricValues
 
 RELATIVE_ACCURACY = 0.01
 MAX_BUCKETS = 512
@@ -291,7 +291,8 @@ class RiskSketch:
         return curves
 
     def summary(self) -> dict[str, Any]:
-        """The offline block's shape (:meth:`scorer.risk_coverage.RiskCoverage.summary`)."""
+        """The offline block's shape
+        (:meth:`scorer.analysis.risk_coverage.RiskCoverage.summary`)."""
         block: dict[str, Any] = {
             "withConfidence": self.with_confidence,
             "withoutConfidence": self.without_confidence,

@@ -1,16 +1,16 @@
 """The registry of per-result measures: one :class:`Measure` spec per number that
-:func:`scorer.metrics.score` computes for a ranked list.
+:func:`scorer.core.metrics.score` computes for a ranked list.
 
 Everything that lists the measures is derived from :data:`MEASURES`, in its order:
 ``MetricValues`` and its wire objects, the rollup folds and their state, the
 per-query entries of the paired comparisons, the compare and significance code,
 the Prometheus histograms, the OpenAPI properties and the evals page's columns.
 Adding a measure is one spec here plus the lines of the fused kernel
-(``scorer.metrics.score``) that compute it, returned in its slot.
+(``scorer.core.metrics.score``) that compute it, returned in its slot.
 
 Every measure folds the same way: a count, a sum and a sum of squares per
 aggregate (exact across partitions and restarts), shown as a mean with a 95%
-interval inside its bounds (``scorer.rollup.bounded_interval``, which needs the
+interval inside its bounds (``scorer.core.rollup.bounded_interval``, which needs the
 bounds to be [0, 1]).
 """
 
@@ -84,7 +84,7 @@ MEASURES: tuple[Measure, ...] = (
 if [m.slot for m in MEASURES] != list(range(len(MEASURES))):
     raise ImportError("MEASURES must be listed in slot order, from 0")
 if any(m.bounds != (0.0, 1.0) for m in MEASURES):
-    raise ImportError("every measure folds as a mean inside [0, 1] (scorer.rollup)")
+    raise ImportError("every measure folds as a mean inside [0, 1] (scorer.core.rollup)")
 
 METRIC_NAMES: tuple[str, ...] = tuple(m.wire for m in MEASURES)
 """Wire names of every measure, in slot order."""
@@ -117,5 +117,5 @@ def unrolled(source: str, name: str, namespace: dict[str, Any] | None = None) ->
     result. Generating that code from the registry keeps both the speed and one
     place that lists the measures."""
     scope: dict[str, Any] = dict(namespace or {})
-    exec(compile(source, f"<scorer.measures.unrolled {name}>", "exec"), scope)
+    exec(compile(source, f"<scorer.core.measures.unrolled {name}>", "exec"), scope)
     return scope[name]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from scorer.metrics import MetricValues
+from scorer.core.metrics import MetricValues
 
 
 def predictive_results(count: int, seed: int, logits: bool) -> list[tuple[float, MetricValues]]:

@@ -1,6 +1,6 @@
 """Offline evaluation: judged queries and rankings in, one rollup per run out.
 
-The same :func:`scorer.metrics.score` and :class:`scorer.rollup.RunRollup`
+The same :func:`scorer.core.metrics.score` and :class:`scorer.core.rollup.RunRollup`
 as the streaming worker, so ``scorer eval`` and the live API report the same
 numbers in the same shape.
 
@@ -16,14 +16,14 @@ Which queries count (trec_eval's rules, with nothing hidden):
   ir-measures also score it.
 
 Each run, and each facet value of it, also gets its risk–coverage block
-(:mod:`scorer.risk_coverage`) under ``riskCoverage``: rankings ordered by their
+(:mod:`scorer.analysis.risk_coverage`) under ``riskCoverage``: rankings ordered by their
 confidence, losses ``miss`` and ``ndcgLoss``. A judged query zero-filled by
 ``complete`` has no ranking, so no confidence: it counts as ``withoutConfidence``.
 
 Several cutoffs are scored in one pass over the rankings (:func:`evaluate_cutoffs`),
 one :class:`Evaluation` each. Each run also keeps its per-query means (a
 query's rankings averaged, as a JSONL file may hold several), which pair the
-queries of two runs in a comparison (:mod:`scorer.compare`).
+queries of two runs in a comparison (:mod:`scorer.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from scorer.analysis.risk_coverage import LOSSES, RunRiskCoverage
+from scorer.analysis.significance import (
+    DEFAULT_ALPHA,
+    DEFAULT_PERMUTATIONS,
+    DEFAULT_SEED,
+    compare_with_baseline,
+)
+from scorer.core.measures import MEASURES, each, unrolled
+from scorer.core.metrics import NDCG_CUTOFF, Judgments, MetricValues, score
+from scorer.core.rollup import RunRollup
 from scorer.io import (
     Golden,
     InputError,
@@ -41,16 +51,6 @@ from scorer.io import (
     Progress,
     Retrieval,
     iter_retrievals,
-)
-from scorer.measures import MEASURES, each, unrolled
-from scorer.metrics import NDCG_CUTOFF, Judgments, MetricValues, score
-from scorer.risk_coverage import LOSSES, RunRiskCoverage
-from scorer.rollup import RunRollup
-from scorer.significance import (
-    DEFAULT_ALPHA,
-    DEFAULT_PERMUTATIONS,
-    DEFAULT_SEED,
-    compare_with_baseline,
 )
 
 ZERO = MetricValues(*(0 if m.integer else 0.0 for m in MEASURES))
@@ -156,7 +156,8 @@ class Evaluation:
     """In order of first appearance (the first is the baseline of comparisons)."""
     results: list[ScoredRetrieval] | None = None
     comparisons: dict[str, Any] | None = None
-    """:func:`scorer.significance.compare_with_baseline` of the runs, when there are several."""
+    """:func:`scorer.analysis.significance.compare_with_baseline` of the runs, when there
+    are several."""
 
     def as_json(self) -> dict[str, Any]:
         """``{"k", "runs": {runId: summary}}``, plus ``"comparisons"`` when several runs

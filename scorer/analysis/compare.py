@@ -11,7 +11,7 @@
 
 ``ci95`` intervals are fixed-horizon: valid for one look at a sample size fixed in
 advance. Beside each, ``anytime95`` is an anytime-valid confidence sequence
-(:mod:`scorer.anytime`), valid however often it is read while the runs grow:
+(:mod:`scorer.analysis.anytime`), valid however often it is read while the runs grow:
 
 - unpaired, over every result of either run (live A/B traffic: each request
   goes to one run): each run's mean in a sequence at alpha/2, the difference of
@@ -31,20 +31,20 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scorer.measures import METRIC_NAMES
-from scorer.rollup import MetricAggregate, t_quantile_975
+from scorer.core.measures import METRIC_NAMES
+from scorer.core.rollup import MetricAggregate, t_quantile_975
 
 if TYPE_CHECKING:
     import numpy as np
 
 ALPHA = 0.05
-"""The default error rate of the anytime-valid intervals (``scorer.anytime.ALPHA``)."""
+"""The default error rate of the anytime-valid intervals (``scorer.analysis.anytime.ALPHA``)."""
 
 
 def _anytime() -> Any:
-    """:mod:`scorer.anytime`, imported when first needed: it brings numpy, which the
+    """:mod:`scorer.analysis.anytime`, imported when first needed: it brings numpy, which the
     offline path of small files does without (``scorer eval`` starts in milliseconds)."""
-    from scorer import anytime
+    from scorer.analysis import anytime
 
     return anytime
 

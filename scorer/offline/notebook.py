@@ -33,9 +33,9 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from scorer.evaluation import as_document, evaluate_cutoffs
+from scorer.analysis.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.io import Golden, JudgedQuery, Retrieval, trec_order
-from scorer.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
+from scorer.offline.evaluation import as_document, evaluate_cutoffs
 
 QUERY_COLUMNS = ("qid", "query_id", "q_id", "queryId")
 DOC_COLUMNS = ("docno", "docid", "doc_id", "docId")
@@ -97,7 +97,7 @@ def compare(
     """Score each of ``runs`` (run id -> run; the first is the baseline; the key names
     the run, whatever a DataFrame's run column says) and compare every other with
     it: :func:`evaluate`'s document plus ``"comparisons"`` (paired t-test and paired
-    randomization test, Holm-corrected; :mod:`scorer.significance`).
+    randomization test, Holm-corrected; :mod:`scorer.analysis.significance`).
     """
     if len(runs) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")

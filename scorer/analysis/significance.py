@@ -5,7 +5,7 @@ baseline have (paired on query id, each query's mean over its rankings), with
 ``d`` the per-query differences ``candidate - baseline``:
 
 - **paired t-test**: ``t = mean(d) / (sd(d) / sqrt(n))``, two-sided p from
-  Student's t with ``n - 1`` degrees of freedom (:mod:`scorer.stats`; equal to
+  Student's t with ``n - 1`` degrees of freedom (:mod:`scorer.core.stats`; equal to
   ``scipy.stats.ttest_rel``). With no spread in ``d``, p is 1 when every
   difference is 0 and 0 otherwise.
 - **paired randomization test** (Fisher's; Smucker, Allan & Carterette 2007):
@@ -33,9 +33,9 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from scorer.compare import paired
-from scorer.measures import METRIC_NAMES
-from scorer.stats import holm, student_t_sf
+from scorer.analysis.compare import paired
+from scorer.core.measures import METRIC_NAMES
+from scorer.core.stats import holm, student_t_sf
 
 DEFAULT_PERMUTATIONS = 10_000
 DEFAULT_SEED = 20_241_130
