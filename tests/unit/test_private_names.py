@@ -31,9 +31,6 @@ DECISIONS: dict[tuple[str, str, str], bool] = {
     ("scorer/stream/faust_edge/ledger.py", "ledger", "committed"): False,  # a PartitionLedger
     ("scorer/stream/faust_edge/stopping.py", "watchdog", "daemon"): False,  # threading.Timer
     ("scorer/stream/faust_edge/stopping.py", "producer", "send"): True,  # Faust's Producer
-    ("scorer/stream/faust_edge/resume.py", "consumer", "resume_partitions"): True,
-    ("scorer/stream/faust_edge/resume.py", "consumer", "perform_seek"): True,
-    ("scorer/stream/faust_edge/resume.py", "consumer", "resume_flow"): True,
     # Faust's TransactionManager (``Pipeline.commit`` of testing.py is ours too).
     ("scorer/stream/faust_edge/transactions.py", "consumer.transactions", "commit"): True,
     ("scorer/stream/testing.py", "self.tables[name]", "data"): False,  # a MemoryTable

@@ -9,13 +9,13 @@ import asyncio
 
 from faust.types import TP
 
-from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
+from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
 
 INPUTS = {TP("results", 0), TP("results", 1), TP("qrels", 0)}
 CHANGELOGS = {TP("app-qrels-changelog", 0), TP("app-qrels-changelog", 1)}
 
 
-class Consumer:
+class FaustConsumer:
     """What Faust's consumer does with these calls: the active partitions fetch."""
 
     def __init__(self) -> None:
@@ -43,6 +43,10 @@ class Consumer:
         self.flow_active = True
 
 
+class Consumer(HoldsInputsUntilSeeked, FaustConsumer):
+    """The hold over that stand-in, as the guarded consumer has it over Faust's."""
+
+
 def recover(consumer: Consumer, *, seek: bool = True) -> None:
     """Faust's recovery calls, in its order."""
     consumer.resume_partitions(CHANGELOGS)
@@ -55,7 +59,7 @@ def recover(consumer: Consumer, *, seek: bool = True) -> None:
 
 def test_inputs_fetch_only_after_the_seek_and_the_flow_resume() -> None:
     consumer = Consumer()
-    held = hold_inputs_until_seeked(consumer)
+    held = consumer.held_inputs
     consumer.resume_partitions(CHANGELOGS)
     assert consumer.active == CHANGELOGS  # recovery reads changelogs before any seek
     consumer.resume_flow()
@@ -73,7 +77,7 @@ def test_inputs_fetch_only_after_the_seek_and_the_flow_resume() -> None:
 
 def test_a_flow_resume_before_any_seek_releases_nothing() -> None:
     consumer = Consumer()
-    held = hold_inputs_until_seeked(consumer)
+    held = consumer.held_inputs
     recover(consumer, seek=False)
     consumer.resume_flow()
     assert consumer.active == CHANGELOGS
@@ -83,7 +87,6 @@ def test_a_flow_resume_before_any_seek_releases_nothing() -> None:
 
 def test_a_partition_revoked_while_held_is_not_resumed() -> None:
     consumer = Consumer()
-    hold_inputs_until_seeked(consumer)
     recover(consumer, seek=False)
     consumer.assigned = (INPUTS - {TP("results", 1)}) | CHANGELOGS
     asyncio.run(consumer.perform_seek())
@@ -93,7 +96,7 @@ def test_a_partition_revoked_while_held_is_not_resumed() -> None:
 
 def test_every_rebalance_waits_for_its_own_seek() -> None:
     consumer = Consumer()
-    held = hold_inputs_until_seeked(consumer)
+    held = consumer.held_inputs
     recover(consumer)
     assert held.releases == 1
     consumer.active.clear()  # the next rebalance pauses everything again

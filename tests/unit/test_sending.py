@@ -152,6 +152,7 @@ def guarded_consumer(producer: AIOKafkaProducer) -> GuardedConsumer:
     """Just enough of the worker's consumer for its at-least-once ``send_outputs``."""
     consumer = GuardedConsumer.__new__(GuardedConsumer)
     consumer.gate = OpenGate()
+    consumer.recovery = Recovery()
     appender = Appender(producer)
     consumer.appender = lambda: appender  # type: ignore[method-assign]
     return consumer

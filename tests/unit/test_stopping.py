@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from scorer.stream.faust_edge.recovery import Recovery
-from scorer.stream.faust_edge.stopping import install_graceful_stop
+from scorer.stream.faust_edge.stopping import CommitsOnceAtStop, GracefulStop, install_graceful_stop
 
 
 class Buffer:
@@ -37,13 +37,21 @@ class Producer:
         return asyncio.get_running_loop().create_future()
 
 
-class Consumer:
+class FaustConsumer:
     def __init__(self, log: list[str]) -> None:
         self.log = log
 
     async def commit_and_end_transactions(self) -> None:
         self.log.append("commit")
         await asyncio.sleep(0.01)
+
+
+class Consumer(CommitsOnceAtStop, FaustConsumer):
+    """The stop's side of the guarded consumer over that stand-in."""
+
+    def __init__(self, log: list[str], stop: GracefulStop) -> None:
+        super().__init__(log)
+        self.stop = stop
 
 
 class App:
@@ -55,9 +63,6 @@ class App:
 
     def _new_producer(self) -> Producer:
         return Producer(self.log)
-
-    def _new_consumer(self) -> Consumer:
-        return Consumer(self.log)
 
     async def on_stop(self) -> None:
         self.log.append("faust on_stop")
@@ -72,7 +77,7 @@ class App:
 def started(timeout: float = 60.0, recovery: Recovery | None = None) -> tuple[App, Any, Consumer]:
     app = App()
     stop = install_graceful_stop(app, timeout, recovery)
-    return app, stop, app._new_consumer()
+    return app, stop, Consumer(app.log, stop)
 
 
 def test_the_stops_commit_waits_for_the_buffered_write_on_its_way() -> None:

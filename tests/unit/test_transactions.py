@@ -16,7 +16,7 @@ from faust.types import TP
 
 from scorer.stream.faust_edge.consumer import Deliveries
 from scorer.stream.faust_edge.recovery import Recovery
-from scorer.stream.faust_edge.transactions import Transactions
+from scorer.stream.faust_edge.transactions import Transactions, from_start_when_unknown
 
 RESULTS = "results"
 
@@ -383,7 +383,7 @@ def test_the_producer_of_a_partition_revoked_but_kept_as_standby_is_stopped() ->
         before = dict(app.producer._transaction_producers)
         manager = app.consumer.transactions
         if guarded:
-            Transactions(app)._stop_revoked(manager)
+            Transactions(app).stop_revoked_producers(manager)
         manager.standbys = {TP(RESULTS, 1)}
         run(
             manager.on_rebalance(
@@ -411,7 +411,7 @@ def test_a_revoked_partition_of_a_topic_the_assignor_no_longer_knows_stops_no_re
 
     app = App(assignor=SimpleNamespace(group_for_topic=group_for_topic))
     manager = app.consumer.transactions
-    Transactions(app)._stop_revoked(manager)
+    Transactions(app).stop_revoked_producers(manager)
     run(
         manager.on_rebalance(
             assigned={TP(RESULTS, 0)},
@@ -424,13 +424,9 @@ def test_a_revoked_partition_of_a_topic_the_assignor_no_longer_knows_stops_no_re
 
 def test_a_changelog_partition_without_a_start_offset_is_read_from_its_start() -> None:
     # Faust's interrupted recovery seeks such a partition to None: aiokafka raises.
-    seeks: list[dict[TP, int]] = []
-
-    async def seek_wait(partitions: dict[TP, int]) -> None:
-        assert all(isinstance(offset, int) and offset >= 0 for offset in partitions.values())
-        seeks.append(dict(partitions))
-
-    consumer = SimpleNamespace(seek_wait=seek_wait)
-    Transactions._seek_unknown_changelog_offsets_to_start(consumer)
-    run(consumer.seek_wait({TP("changelog", 0): None, TP("changelog", 1): 42}))
-    assert seeks == [{TP("changelog", 0): 0, TP("changelog", 1): 42}]
+    known = {TP("changelog", 1): 42}
+    assert from_start_when_unknown(known) is known
+    assert from_start_when_unknown({TP("changelog", 0): None, **known}) == {
+        TP("changelog", 0): 0,
+        TP("changelog", 1): 42,
+    }

@@ -13,29 +13,19 @@ code and that list differ.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from scorer.stream.faust_edge.consumer import (
-    BatchHandler,
-    GuardedConsumer,
-    GuardedConsumerThread,
-    OpenGate,
-    Output,
-)
+from scorer.stream.faust_edge.consumer import BatchHandler, GuardedConsumer, Output
 from scorer.stream.faust_edge.ledger import InputLedger, LedgerCollector
 from scorer.stream.faust_edge.monitor import setup_faust_metrics
 from scorer.stream.faust_edge.recovery import Recovery, RecoveryCollector
-from scorer.stream.faust_edge.resume import hold_inputs_until_seeked
 from scorer.stream.faust_edge.stopping import GracefulStop, install_graceful_stop
 from scorer.stream.faust_edge.tables import ChangelogWriter
 from scorer.stream.faust_edge.transactions import Transactions
 from scorer.stream.faust_edge.versions import check_versions
-
-if TYPE_CHECKING:
-    from scorer.settings import Settings
+from scorer.stream.faust_edge.wiring import EdgeConfig, attach
 
 __all__ = [
     "ChangelogWriter",
@@ -49,21 +39,28 @@ __all__ = [
 
 
 class Edge:
-    """The worker's hold on Faust: its consumer class, transactions and input ledger."""
+    """The worker's hold on Faust: what its guarded consumer is given (the config, the
+    batch handlers, the input ledger, the transactions, the stop), filed under the
+    app for the consumer to read when Faust builds it (``faust_edge.wiring``)."""
 
     def __init__(
-        self,
-        app: Any,
-        consumer_class: type[GuardedConsumer],
-        recovery: Recovery,
-        stop: GracefulStop,
+        self, app: Any, config: EdgeConfig, recovery: Recovery, stop: GracefulStop
     ) -> None:
         self.app = app
+        self.config = config
         self.stop = stop
-        self.consumer_class = consumer_class
-        self.ledger: InputLedger = consumer_class.ledger
         self.recovery = recovery
+        self.ledger = InputLedger()
         self.transactions = Transactions(app, recovery)
+        self.batch_handlers: dict[str, BatchHandler] = {}
+        """Topic name -> the handler of its fetched batches (:meth:`route`)."""
+        self.background_topics: set[str] = set()
+        """Batch topics whose outputs no reader waits for (``route(background=True)``):
+        handed over after the others in each pass, and left out of the caught-up check."""
+        self.before_commits: list[Callable[[], Awaitable[None]]] = []
+        """Run at the start of every commit, between two batches or events."""
+        self.undecodable: dict[Any, str] = {}
+        """The input partitions stopped on a batch that cannot be decoded, with why."""
         self._writers: list[ChangelogWriter] = []
 
     def route(self, topic: Any, handler: BatchHandler, background: bool = False) -> None:
@@ -84,9 +81,9 @@ class Edge:
                     writer.report(monitor)
 
         name = topic.get_topic_name()
-        self.consumer_class.batch_handlers[name] = counted
+        self.batch_handlers[name] = counted
         if background:
-            self.consumer_class.background_topics.add(name)
+            self.background_topics.add(name)
 
     def writer(self, table: Any) -> ChangelogWriter:
         """Reads and writes ``table`` from a batch handler, its writes as outputs of the
@@ -102,7 +99,7 @@ class Edge:
 
     def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` at the start of every offset commit, between two batches."""
-        self.consumer_class.before_commit.append(hook)
+        self.before_commits.append(hook)
 
     async def send(self, output: Output, source: Any) -> None:
         """Send an agent's output in the transaction of its input partition ``source``
@@ -125,39 +122,6 @@ class Edge:
         return self.transactions.events(stream)
 
 
-@dataclass(frozen=True)
-class EdgeConfig:
-    """Everything the Faust edge is told, in one object (``from_settings``)."""
-
-    exactly_once: bool
-    """The processing guarantee: every part of the edge reads it from here (through
-    ``Recovery.exactly_once``), not from Faust's ``app.in_transaction``, which is
-    cached on its first read and False until the app runs in a worker."""
-    fetch_max_wait_ms: int
-    """How long a fetch waits at the broker for records (aiokafka's
-    ``fetch_max_wait_ms``; see docs/faust-internals.md for Faust's hidden waits)."""
-    stop_timeout_seconds: float
-    """The longest a stop takes before the worker exits anyway."""
-    metrics_prefix: str = "retrieval_scorer"
-    """Faust's own series' prefix (fixed: the rules and dashboards name them)."""
-    caught_up_commit_seconds: float = 0.0
-    """Under exactly_once, a worker that has caught up commits its batches at once, at
-    most this often (0: only on Faust's timer)."""
-    batch_max_records: int | None = None
-    """A routed topic's fetched batches are handed over in parts of at most this many
-    records (None: whole), but the background topics'."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> EdgeConfig:
-        return cls(
-            exactly_once=settings.processing_guarantee == "exactly_once",
-            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
-            stop_timeout_seconds=settings.stop_timeout_seconds,
-            caught_up_commit_seconds=settings.caught_up_commit_seconds,
-            batch_max_records=settings.batch_max_records,
-        )
-
-
 def install(
     app: Any, registry: CollectorRegistry, config: EdgeConfig, recovery: Recovery | None = None
 ) -> Edge:
@@ -170,59 +134,17 @@ def install(
     recovery.exactly_once = config.exactly_once
     setup_faust_metrics(app, registry=registry, name_prefix=config.metrics_prefix)
     stop = install_graceful_stop(app, config.stop_timeout_seconds, recovery)
-    ledger = InputLedger()
-    undecodable: dict[Any, str] = {}
-    thread = type(
-        "GuardedConsumerThread",
-        (GuardedConsumerThread,),
-        {"fetch_max_wait_ms": config.fetch_max_wait_ms, "undecodable": undecodable},
-    )
+    edge = Edge(app, config, recovery, stop)
+    attach(app, edge)
+    # Faust's class hook: the consumer it builds is ours, and reads the edge itself.
+    app.transport.Consumer = GuardedConsumer
+    undecodable = edge.undecodable
     Gauge(
         "scorer_input_partitions_undecodable",
         "Input partitions stopped on a record batch that cannot be decoded (its codec's "
         "library missing, or corrupt); the worker log names each.",
         registry=registry,
     ).set_function(lambda: len(undecodable))
-    consumer_class = type(
-        "GuardedConsumer",
-        (GuardedConsumer,),
-        {
-            "Thread": thread,
-            "ledger": ledger,
-            "batch_handlers": {},
-            "background_topics": set(),
-            "before_commit": [],
-            "batch_max_records": config.batch_max_records,
-            "recovery": recovery,
-        },
-    )
-    app.transport.Consumer = consumer_class
-    registry.register(LedgerCollector(ledger))
+    registry.register(LedgerCollector(edge.ledger))
     registry.register(RecoveryCollector(recovery))
-    edge = Edge(app, consumer_class, recovery, stop)
-    new_consumer = app._new_consumer
-
-    def new_guarded_consumer() -> Any:
-        """Faust's consumer (now a GuardedConsumer), with the fixes that must be in
-        place before its first rebalance."""
-        consumer = hold_inputs_until_seeked(new_consumer()).consumer
-        # Faust runs transactions only in a worker (``app.in_transaction``, read here
-        # and nowhere else: it is cached on its first read).
-        if bool(app.in_transaction) != config.exactly_once:
-            raise RuntimeError(
-                f"the edge is configured for exactly_once={config.exactly_once}, but "
-                f"Faust's app.in_transaction is {app.in_transaction} (a consumer made "
-                "outside a worker?)"
-            )
-        if config.exactly_once:
-            consumer.gate = edge.transactions
-            consumer.stop_barrier = stop
-            edge.transactions.guard_rebalances(consumer)
-            if config.caught_up_commit_seconds > 0:
-                consumer.caught_up_commit_seconds = config.caught_up_commit_seconds
-        else:
-            consumer.gate = OpenGate()
-        return consumer
-
-    app._new_consumer = new_guarded_consumer
     return edge

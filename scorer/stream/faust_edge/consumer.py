@@ -40,7 +40,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from time import monotonic
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, UnsupportedCodecError
@@ -55,9 +55,15 @@ from mode import Service
 
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.recovery import Recovery, is_recoverable
+from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
 from scorer.stream.faust_edge.sending import Appender
-from scorer.stream.faust_edge.stopping import GracefulStop
+from scorer.stream.faust_edge.stopping import CommitsOnceAtStop, GracefulStop
+from scorer.stream.faust_edge.transactions import from_start_when_unknown, log_seeks
+from scorer.stream.faust_edge.wiring import edge_of
 from scorer.stream.outputs import Output
+
+if TYPE_CHECKING:
+    from scorer.stream.faust_edge import Edge
 
 logger = logging.getLogger(__name__)
 
@@ -313,10 +319,14 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
     """Faust's consumer thread: snapshot fetches, a configurable broker fetch wait,
     inputs read ``read_committed``, partitions that cannot be decoded stopped alone."""
 
-    fetch_max_wait_ms: ClassVar[int] = 1500
-    undecodable: ClassVar[dict[Any, str]] = {}
-    """Set per app by ``faust_edge.install``: the partitions stopped on a batch that
+    fetch_max_wait_ms = 1500
+    """Set by the guarded consumer from the edge's config (Faust's fixed value here)."""
+    undecodable: dict[Any, str]
+    """Set by the guarded consumer: the edge's partitions stopped on a batch that
     cannot be decoded, with the reason (:func:`fetch_batches`)."""
+    exactly_once = False
+    """Set by the guarded consumer: table recovery then reads changelog ends from the
+    broker (:meth:`_highwaters`)."""
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -328,6 +338,13 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
         # read the same either way: their last stable offset is their high watermark.
         consumer._isolation_level = "read_committed"
         return consumer
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        """Under exactly_once, changelog ends for table recovery from the broker, not
+        from the consumer's fetch cache (under at-least-once Faust already does)."""
+        if self.exactly_once:
+            return await self._ensure_consumer().end_offsets(list(partitions))
+        return await super()._highwaters(partitions)
 
     async def getmany(  # type: ignore[override]
         self, active_partitions: set[TP] | None, timeout: float
@@ -435,35 +452,34 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
         return found
 
 
-class GuardedConsumer(AIOKafkaConsumer):
+class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsumer):
     """Faust's aiokafka consumer with the start-up guards (see the module docstring)."""
 
-    Thread: ClassVar[type[GuardedConsumerThread]] = GuardedConsumerThread
-    ledger: ClassVar[InputLedger] = InputLedger()
-    """Set per app by ``faust_edge.install`` (one consumer per worker process)."""
-    batch_handlers: ClassVar[dict[str, BatchHandler]] = {}
+    edge: Edge
+    """The edge installed on the app (``faust_edge.install``): everything below is
+    read from it when Faust builds the consumer (:meth:`__init__`)."""
+    ledger: InputLedger
+    batch_handlers: dict[str, BatchHandler]
     """Topic name -> the handler of its fetched batches (``faust_edge.Edge.route``)."""
-    batch_max_records: ClassVar[int | None] = None
-    """Set per app by ``faust_edge.install``: the most records of a foreground topic
-    handed to its handler at once (None: a fetched batch whole)."""
-    background_topics: ClassVar[set[str]] = set()
+    batch_max_records: int | None
+    """The most records of a foreground topic handed to its handler at once (None: a
+    fetched batch whole)."""
+    background_topics: set[str]
     """Batch topics whose outputs no reader waits for (``Edge.route(background=True)``):
     handed over after the others in each pass, and left out of :meth:`_caught_up`."""
     gate: BatchGate
-    """Set per consumer by ``faust_edge.install``: the transactions under exactly_once."""
-    before_commit: ClassVar[list[Callable[[], Awaitable[None]]]] = []
+    """The transactions under exactly_once, an :class:`OpenGate` otherwise."""
+    before_commit: list[Callable[[], Awaitable[None]]]
     """Run at the start of every commit, between two batches or events."""
     caught_up_commit_seconds: float | None = None
-    """Set per consumer by ``faust_edge.install`` under exactly_once: once the input
-    partitions (but the background topics') are read to their ends, a booked batch
-    is committed at once, at most once per this many seconds (None: only Faust's
-    commit timer). See :meth:`_caught_up_commits`."""
+    """Under exactly_once: once the input partitions (but the background topics') are
+    read to their ends, a booked batch is committed at once, at most once per this
+    many seconds (None: only Faust's commit timer). See :meth:`_caught_up_commits`."""
     stop_barrier: GracefulStop | None = None
-    """Set per consumer by ``faust_edge.install`` under exactly_once: the stop barrier
-    the transactional sends respect."""
-    recovery: ClassVar[Recovery] = Recovery()
-    """Set per app by ``faust_edge.install``: where a recoverable producer error is
-    reported; once it is, nothing more is handed over, sent or committed."""
+    """Under exactly_once: the stop barrier the transactional sends respect."""
+    recovery: Recovery
+    """Where a recoverable producer error is reported; once it is, nothing more is
+    handed over, sent or committed."""
     _deliveries: Deliveries | None = None
     _appender: Appender | None = None
     _transaction_appenders: dict[str, Appender] | None = None
@@ -479,8 +495,45 @@ class GuardedConsumer(AIOKafkaConsumer):
             self._deliveries = Deliveries(self.recovery)
         return self._deliveries
 
+    def __init__(self, transport: Any, *args: Any, **kwargs: Any) -> None:
+        """Faust's consumer, given the edge's parts; the exactly_once fixes are in place
+        before its first rebalance."""
+        super().__init__(transport, *args, **kwargs)
+        edge = edge_of(self.app)
+        self.edge = edge
+        self.ledger = edge.ledger
+        self.batch_handlers = edge.batch_handlers
+        self.background_topics = edge.background_topics
+        self.before_commit = edge.before_commits
+        self.batch_max_records = edge.config.batch_max_records
+        self.recovery = edge.recovery
+        self.stop = edge.stop
+        exactly_once = edge.config.exactly_once
+        # Faust runs transactions only in a worker (``app.in_transaction``, read here
+        # and nowhere else: it is cached on its first read).
+        if bool(self.app.in_transaction) != exactly_once:
+            raise RuntimeError(
+                f"the edge is configured for exactly_once={exactly_once}, but Faust's "
+                f"app.in_transaction is {self.app.in_transaction} (a consumer made "
+                "outside a worker?)"
+            )
+        if exactly_once:
+            self.gate = edge.transactions
+            self.stop_barrier = edge.stop
+            edge.transactions.stop_revoked_producers(self.transactions)
+            if edge.config.caught_up_commit_seconds > 0:
+                self.caught_up_commit_seconds = edge.config.caught_up_commit_seconds
+        else:
+            self.gate = OpenGate()
+
     def _new_consumer_thread(self) -> GuardedConsumerThread:
-        return self.Thread(self, loop=self.loop, beacon=self.beacon)
+        # Called from Faust's __init__, before ours has read the edge.
+        edge = edge_of(self.app)
+        thread = GuardedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+        thread.fetch_max_wait_ms = edge.config.fetch_max_wait_ms
+        thread.undecodable = edge.undecodable
+        thread.exactly_once = edge.config.exactly_once
+        return thread
 
     # ---------------------------------------------------------------- seeks
 
@@ -524,6 +577,22 @@ class GuardedConsumer(AIOKafkaConsumer):
                 self.app.conf.consumer_auto_offset_reset,
                 ", ".join(f"{tp.topic}/{tp.partition}={positions.get(tp)}" for tp in sorted(unset)),
             )
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        """Faust's seek to the committed offsets, logged under exactly_once beside the
+        first event each partition hands over (``Transactions.events``): the evidence
+        needed when a restart loses or repeats events."""
+        offsets = await super().seek_to_committed()
+        if self.recovery.exactly_once:
+            log_seeks(offsets)
+        return offsets
+
+    async def seek_wait(self, partitions: Mapping[TP, int | None]) -> Any:
+        """Under exactly_once, table recovery seeks a changelog partition without a
+        start offset to its start instead of crashing (:func:`from_start_when_unknown`)."""
+        if self.recovery.exactly_once:
+            partitions = from_start_when_unknown(partitions)
+        return await super().seek_wait(partitions)
 
     async def seek(self, partition: TP, offset: int) -> None:
         await super().seek(partition, offset)

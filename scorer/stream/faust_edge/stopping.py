@@ -31,9 +31,9 @@ commit is skipped. A stop that takes longer than ``timeout`` seconds (a broker
 that does not answer) ends the process with exit code 1 and nothing committed:
 the work since the last commit is redone by the next owner.
 
-Installed by :func:`install_graceful_stop`, before the app starts. Faust names
-it touches: ``App._new_producer``, ``App._new_consumer``, ``App.on_stop``,
-``Consumer.commit_and_end_transactions``, ``Producer.send``,
+Installed by :func:`install_graceful_stop`, before the app starts; the
+consumer's side is :class:`CommitsOnceAtStop`, a base of the guarded consumer. Faust names
+it touches: ``App._new_producer``, ``App.on_stop``, ``Producer.send``,
 ``ProducerBuffer._send_pending`` and ``ProducerBuffer.size``.
 """
 
@@ -77,21 +77,16 @@ class GracefulStop:
     def install(self) -> None:
         app = self.app
         new_producer: Callable[[], Any] = app._new_producer
-        new_consumer: Callable[[], Any] = app._new_consumer
         on_stop: Callable[[], Awaitable[None]] = app.on_stop
 
         def new_stopping_producer() -> Any:
             return self._guard_producer(new_producer())
-
-        def new_stopping_consumer() -> Any:
-            return self._guard_consumer(new_consumer())
 
         async def on_stop_with_deadline() -> None:
             self._start_deadline()
             await on_stop()
 
         app._new_producer = new_stopping_producer
-        app._new_consumer = new_stopping_consumer
         app.on_stop = on_stop_with_deadline
 
     def _guard_producer(self, producer: Any) -> Any:
@@ -147,35 +142,30 @@ class GracefulStop:
         producer.send = send_unless_committed
         return producer
 
-    def _guard_consumer(self, consumer: Any) -> Any:
-        """The stop commits once, after a drain; rebalances commit as before."""
-        commit_and_end_transactions = consumer.commit_and_end_transactions
-
-        async def commit_once_when_stopping() -> None:
-            if not self.app.should_stop:  # a rebalance (Faust's wait_empty ends with it too)
-                await commit_and_end_transactions()
-                return
-            if self.committed:
-                logger.info(
-                    "Stop: the consumer's own commit is skipped (the stop has committed; "
-                    "anything acked since was acked after the flow stopped)"
-                )
-                return
-            await self._drain()
-            self._committing = asyncio.current_task()
-            try:
-                await commit_and_end_transactions()
-            finally:
-                self.committed = True
-                self._committing = None
+    async def commit_once(self, commit_and_end_transactions: Callable[[], Awaitable[None]]) -> None:
+        """The consumer's ``commit_and_end_transactions`` (``GuardedConsumer``'s): the
+        stop commits once, after a drain; rebalances commit as before."""
+        if not self.app.should_stop:  # a rebalance (Faust's wait_empty ends with it too)
+            await commit_and_end_transactions()
+            return
+        if self.committed:
             logger.info(
-                "Stop: events in hand finished, their records sent, offsets committed "
-                "%.2f s after the stop began",
-                self.elapsed(),
+                "Stop: the consumer's own commit is skipped (the stop has committed; "
+                "anything acked since was acked after the flow stopped)"
             )
-
-        consumer.commit_and_end_transactions = commit_once_when_stopping
-        return consumer
+            return
+        await self._drain()
+        self._committing = asyncio.current_task()
+        try:
+            await commit_and_end_transactions()
+        finally:
+            self.committed = True
+            self._committing = None
+        logger.info(
+            "Stop: events in hand finished, their records sent, offsets committed "
+            "%.2f s after the stop began",
+            self.elapsed(),
+        )
 
     # ------------------------------------------------------------ the barrier
 
@@ -257,3 +247,18 @@ def install_graceful_stop(app: Any, timeout: float, recovery: Any = None) -> Gra
     stop = GracefulStop(app, timeout, recovery)
     stop.install()
     return stop
+
+
+class CommitsOnceAtStop:
+    """A base for a Faust consumer class, before Faust's consumer in the bases: the
+    commit that ends the transactions (a revoke, a stop) is Faust's, but a stop's is
+    made once, after the drain (:meth:`GracefulStop.commit_once`)."""
+
+    stop: GracefulStop | None = None
+
+    async def commit_and_end_transactions(self) -> None:
+        commit = super().commit_and_end_transactions  # type: ignore[misc]
+        if self.stop is None:
+            await commit()
+        else:
+            await self.stop.commit_once(commit)

@@ -37,7 +37,7 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   new owner's, and the next send through it fails ("Can't send messages while
   not in transaction"), crashing the agent. So the producers of revoked
   partitions are stopped whatever the standby assignment
-  (:meth:`Transactions._stop_revoked`); their open transactions are aborted by
+  (:meth:`Transactions.stop_revoked_producers`); their open transactions are aborted by
   the new owner, which processes those events again from the committed offset.
 
 - Under exactly_once Faust takes the end of each changelog partition (where
@@ -45,14 +45,14 @@ that partition's transaction. Faust 0.15.3 leaves gaps that this module closes:
   unknown until a fetch of that partition has returned since the assignment:
   right after a rebalance it reads -1, and a worker that kept the partition
   then crashes with ``ConsistencyError`` (its table is past the "end"), or one
-  that did not recovers nothing. :meth:`Transactions._read_ends_from_broker`
+  that did not recovers nothing. :meth:`GuardedConsumerThread._highwaters`
   asks the broker instead (a read_committed consumer's end offsets are the last
   stable offsets).
 
 - When a rebalance interrupts table recovery, Faust seeks standby changelog
   partitions whose start offset it has not computed yet (``None``) and crashes
   (seen in rolling restarts): they are read from their start
-  (:meth:`Transactions._seek_unknown_changelog_offsets_to_start`).
+  (:func:`from_start_when_unknown`, through ``GuardedConsumer.seek_wait``).
 
 Under at-least-once all of this is a plain pass-through.
 """
@@ -269,16 +269,7 @@ class Transactions:
         # The records' done callbacks run after their batch's; let them all run.
         await asyncio.sleep(0)
 
-    def guard_rebalances(self, consumer: Any) -> None:
-        """The exactly_once fixes a new consumer needs before its first rebalance:
-        revoked partitions' producers stopped, changelog ends from the broker, and
-        the seeks logged, and changelog seeks without an offset read from the start."""
-        self._stop_revoked(consumer.transactions)
-        self._read_ends_from_broker(consumer)
-        self._log_seeks(consumer)
-        self._seek_unknown_changelog_offsets_to_start(consumer)
-
-    def _stop_revoked(self, manager: Any) -> None:
+    def stop_revoked_producers(self, manager: Any) -> None:
         """Stop the producers of revoked partitions before Faust starts the assigned
         ones (Faust skips the partitions that stay here as standbys)."""
         app = self.app
@@ -304,62 +295,6 @@ class Transactions:
             await on_rebalance(assigned, revoked, newly_assigned)
 
         manager.on_rebalance = on_rebalance_stopping_revoked
-
-    @staticmethod
-    def _read_ends_from_broker(consumer: Any) -> None:
-        """Changelog ends for table recovery from the broker, not from the consumer's
-        fetch cache (exactly_once only: under at-least-once Faust already does)."""
-        thread = consumer._thread
-
-        async def end_offsets(partitions: Any) -> Mapping[Any, int]:
-            return await thread._ensure_consumer().end_offsets(list(partitions))
-
-        thread._highwaters = end_offsets
-
-    @staticmethod
-    def _seek_unknown_changelog_offsets_to_start(consumer: Any) -> None:
-        """Table recovery seeks a changelog partition without a start offset to its
-        start instead of crashing.
-
-        When a rebalance interrupts a recovery (a worker rejoining while the other
-        is still recovering the partitions it took over), Faust's restarted
-        recovery seeks standby partitions that the new rebalance added and whose
-        start offset it has not computed yet (``None``, from ``Recovery._add``);
-        aiokafka refuses (``ValueError('Offset must be a positive integer')``) and
-        the recovery crashes the worker. The start (0) is where Faust's own
-        computation ends for a memory store, which keeps no persisted offsets."""
-        seek_wait = consumer.seek_wait
-
-        async def seek_wait_from_start(partitions: Mapping[Any, int | None]) -> Any:
-            unknown = sorted(tp for tp, offset in partitions.items() if offset is None)
-            if unknown:
-                logger.info(
-                    "Recovery: no start offset for %s; reading from the start",
-                    ", ".join(f"{tp.topic}/{tp.partition}" for tp in unknown),
-                )
-                partitions = {
-                    tp: 0 if offset is None else offset for tp, offset in partitions.items()
-                }
-            return await seek_wait(partitions)
-
-        consumer.seek_wait = seek_wait_from_start
-
-    @staticmethod
-    def _log_seeks(consumer: Any) -> None:
-        """Log the committed offsets Faust seeks to after each assignment, beside the
-        first event each partition hands over (``events``): the evidence needed when
-        a restart loses or repeats events."""
-        seek_to_committed = consumer.seek_to_committed
-
-        async def logged_seek_to_committed() -> Any:
-            offsets = await seek_to_committed()
-            logger.info(
-                "Seeking to committed offsets: %s",
-                ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(offsets.items())),
-            )
-            return offsets
-
-        consumer.seek_to_committed = logged_seek_to_committed
 
     async def events(self, stream: Any) -> AsyncIterator[Any]:
         """The stream's events; under exactly_once no commit happens while one is
@@ -401,3 +336,32 @@ class Transactions:
                 # Only once the agent asks for the next one: the event's records are sent.
                 if producer is not None:
                     processed[tp] = (producer, offset)
+
+
+def from_start_when_unknown(partitions: Mapping[Any, int | None]) -> Mapping[Any, int | None]:
+    """``partitions`` (changelog partition -> start offset) with an unknown start read
+    from the start (0), logged.
+
+    When a rebalance interrupts a recovery (a worker rejoining while the other
+    is still recovering the partitions it took over), Faust's restarted
+    recovery seeks standby partitions that the new rebalance added and whose
+    start offset it has not computed yet (``None``, from ``Recovery._add``);
+    aiokafka refuses (``ValueError('Offset must be a positive integer')``) and
+    the recovery crashes the worker. The start (0) is where Faust's own
+    computation ends for a memory store, which keeps no persisted offsets."""
+    unknown = sorted(tp for tp, offset in partitions.items() if offset is None)
+    if not unknown:
+        return partitions
+    logger.info(
+        "Recovery: no start offset for %s; reading from the start",
+        ", ".join(f"{tp.topic}/{tp.partition}" for tp in unknown),
+    )
+    return {tp: 0 if offset is None else offset for tp, offset in partitions.items()}
+
+
+def log_seeks(offsets: Mapping[Any, int]) -> None:
+    """Log the committed offsets Faust seeks to after an assignment."""
+    logger.info(
+        "Seeking to committed offsets: %s",
+        ", ".join(f"{tp.topic}/{tp.partition}={o}" for tp, o in sorted(offsets.items())),
+    )
