@@ -1042,3 +1042,28 @@ def test_the_guarantee_is_read_from_faust_in_one_place_only() -> None:
         if lines:
             readers[str(path.relative_to(root))] = lines
     assert list(readers) == ["stream/faust_edge/consumer.py"], readers
+
+
+def test_no_attribute_the_edge_gives_the_consumer_shadows_one_of_faust_or_mode() -> None:
+    """What ``GuardedConsumer.__init__`` and its bases set on the consumer (and on its
+    thread) are names of our own: one named ``stop`` replaced mode's
+    ``Service.stop``, and the worker's stop failed with "'GracefulStop' object is
+    not callable"."""
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+    from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
+
+    from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
+    from scorer.stream.faust_edge.stopping import CommitsOnceAtStop
+
+    ours = {
+        name
+        for cls in (GuardedConsumer, HoldsInputsUntilSeeked, CommitsOnceAtStop)
+        for name in vars(cls).get("__annotations__", {})
+    }
+    assert {"edge", "ledger", "gate", "graceful_stop", "recovery"} <= ours
+    assert sorted(name for name in ours if hasattr(FaustConsumer, name)) == []
+    thread = set(vars(GuardedConsumerThread).get("__annotations__", {})) | {
+        "fetch_max_wait_ms",
+        "exactly_once",
+    }
+    assert sorted(name for name in thread if hasattr(AIOKafkaConsumerThread, name)) == []

@@ -51,7 +51,7 @@ class Consumer(CommitsOnceAtStop, FaustConsumer):
 
     def __init__(self, log: list[str], stop: GracefulStop) -> None:
         super().__init__(log)
-        self.stop = stop
+        self.graceful_stop = stop
 
 
 class App:

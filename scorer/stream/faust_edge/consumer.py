@@ -507,7 +507,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         self.before_commit = edge.before_commits
         self.batch_max_records = edge.config.batch_max_records
         self.recovery = edge.recovery
-        self.stop = edge.stop
+        self.graceful_stop = edge.stop
         exactly_once = edge.config.exactly_once
         # Faust runs transactions only in a worker (``app.in_transaction``, read here
         # and nowhere else: it is cached on its first read).

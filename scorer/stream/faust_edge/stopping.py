@@ -254,11 +254,11 @@ class CommitsOnceAtStop:
     commit that ends the transactions (a revoke, a stop) is Faust's, but a stop's is
     made once, after the drain (:meth:`GracefulStop.commit_once`)."""
 
-    stop: GracefulStop | None = None
+    graceful_stop: GracefulStop | None = None
 
     async def commit_and_end_transactions(self) -> None:
         commit = super().commit_and_end_transactions  # type: ignore[misc]
-        if self.stop is None:
+        if self.graceful_stop is None:
             await commit()
         else:
-            await self.stop.commit_once(commit)
+            await self.graceful_stop.commit_once(commit)
