@@ -30,6 +30,7 @@ from schemas import GoldenQuery, RetrievalResult
 from scorer.stream.testing import Pipeline, Record
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+PLOT = DOCS.parent / "img" / "stream-growth.png"
 HEADING = "Streaming: how cost grows"
 BASE = {"ids": 100, "runs": 10, "facet_values": 50}
 POINTS = [
@@ -97,6 +98,31 @@ def measure(results: list[RetrievalResult], golden: list[GoldenQuery]) -> dict[s
     return {"rate": n / wall, "cpu": (handle + fold) / n, "handle": handle / n, "fold": fold / n}
 
 
+def plot(rows: list[tuple[str, int, dict[str, float]]], path: Path) -> None:
+    """One panel per knob (log x): the results handler's and the fold's µs per result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(POINTS), figsize=(12, 3.6), sharey=True)
+    for ax, (knob, _) in zip(axes, POINTS, strict=True):
+        points = [(value, f) for k, value, f in rows if k == knob]
+        xs = [value for value, _ in points]
+        for key, label in (("handle", "results handler"), ("fold", "rollup fold")):
+            ax.plot(xs, [f[key] * 1e6 for _, f in points], marker="o", label=label)
+        ax.plot(xs, [f["cpu"] * 1e6 for _, f in points], marker="o", color="black", label="both")
+        ax.set_xscale("log")
+        ax.set_xticks(xs, [f"{x:,}" for x in xs])
+        ax.set_xlabel(knob.replace("_", " "))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("CPU µs per result")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("One worker's handlers: cost per result as one knob moves from the base point")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=int, default=20_000)
@@ -126,9 +152,11 @@ def main() -> None:
             f"| {knob.replace('_', ' ')} | {value:,} | {f['rate']:,.0f} | {f['cpu'] * 1e6:.1f} "
             f"| {f['handle'] * 1e6:.1f} | {f['fold'] * 1e6:.1f} |"
         )
+    lines += ["", "![cost per result against each knob](img/stream-growth.png)"]
     report = "\n".join(lines)
     print(report)
     if args.write_docs:
+        plot(rows, PLOT)
         write_section(DOCS, HEADING, report)
 
 
