@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 
-from scorer.stream import events, limits, run_state
+from scorer.stream import events, limits
 from scorer.stream.outputs import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import Scoring
+from scorer.stream.stored import SourcePosition
 
 
 def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size: int) -> None:
@@ -111,7 +112,7 @@ def release(
             events.decode_result(item.raw.encode()),
             entry,
             started,
-            run_state.SourcePosition(topic, partition, offset, seq),
+            SourcePosition(topic, partition, offset, seq),
         )
         for seq, item in enumerate(waiting)
     ]

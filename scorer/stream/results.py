@@ -20,6 +20,10 @@ from scorer.settings import Settings
 from scorer.stream import events, limits, run_state
 from scorer.stream.outputs import Output, Source, TableWriter
 from scorer.stream.placement import Misplaced
+from scorer.stream.stored import (
+    SourcePosition,
+    rollup_row,
+)
 from scorer.stream.telemetry import Telemetry
 
 
@@ -62,7 +66,7 @@ class Scoring:
         result: RetrievalResult,
         entry: dict[str, Any],
         started: float,
-        position: run_state.SourcePosition,
+        position: SourcePosition,
         scored_at: str | None = None,
         counted: bool = True,
     ) -> Output:
@@ -75,11 +79,8 @@ class Scoring:
         confidence = result.top_confidence()
         self.pending.add_row(
             result.run_id.encode(),
-            run_state.contribution_row(
-                position.topic,
-                position.partition,
-                position.offset,
-                position.seq,
+            rollup_row(
+                position,
                 result.result_id,
                 result.query_id,
                 list(scored.values),
@@ -202,7 +203,7 @@ class ResultBatches:
                 telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
             entry = qrels.get(result.query_id)
             if entry is not None:
-                position = run_state.SourcePosition(topic, partition, record.offset)
+                position = SourcePosition(topic, partition, record.offset)
                 outputs.append(scoring.output(result, entry, started, position, scored_at, False))
                 scored += 1
                 continue

@@ -22,6 +22,9 @@ counts exact under at-least-once delivery:
   not block the recount.
 - per-query scores, for paired comparisons, are folded the same way and are
   bounded: at most ``max_queries`` distinct queries per run are tracked.
+
+The rows (``stored.RollupRow``) are written and read back, earlier formats
+included, by ``scorer.stream.stored``.
 """
 
 from __future__ import annotations
@@ -31,90 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
 from scorer.analysis.risk_sketch import RiskSketch
 from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
 from scorer.core.metrics import MetricValues
 from scorer.core.rollup import RunRollup
-from scorer.stream.limits import split_rows
-
-
-class SourcePosition(NamedTuple):
-    """Where a scored record came from: the input event that produced it, and its
-    index among the records that event produced (a qrels event can release several
-    parked results). Ordered as its fields are (one is made per scored result: a
-    tuple is cheaper to make than a frozen dataclass)."""
-
-    topic: str
-    partition: int
-    offset: int
-    seq: int = 0
-
-    @property
-    def stream(self) -> str:
-        return f"{self.topic}/{self.partition}"
-
-
-@dataclass(frozen=True, slots=True)
-class Contribution:
-    """What one scored result adds to its run's rollup."""
-
-    position: SourcePosition
-    result_id: str
-    query_id: str
-    values: list[float]
-    """Every measure, in ``scorer.core.measures.METRIC_NAMES`` order."""
-    facets: dict[str, str]
-    confidence: float | None = None
-    """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
-    fingerprint: str | None = None
-    """The fingerprint of the qrels it was scored against (``events.qrels_fingerprint``)."""
-
-    def to_wire(self) -> list[Any]:
-        """The contribution's row on the rollup topic (what :func:`contribution_row` makes)."""
-        p = self.position
-        return contribution_row(
-            p.topic, p.partition, p.offset, p.seq,
-            self.result_id, self.query_id, self.values, self.facets, self.confidence,
-            self.fingerprint,
-        )  # fmt: skip
-
-    @classmethod
-    def from_wire(cls, item: list[Any]) -> Contribution:
-        """Ten items; nine (written before the fingerprint was) decode without it, eight
-        (before the confidence) without either."""
-        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = item
-        confidence = rest[0] if rest else None
-        fingerprint = rest[1] if len(rest) > 1 else None
-        return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
-                   values, facets, confidence, fingerprint)  # fmt: skip
-
-
-def contribution_row(
-    topic: str,
-    partition: int,
-    offset: int,
-    seq: int,
-    result_id: str,
-    query_id: str,
-    values: list[float],
-    facets: dict[str, str],
-    confidence: float | None,
-    fingerprint: str | None = None,
-) -> list[Any]:
-    """One contribution as the rollup topic carries it (a JSON array of ten, nine
-    without a qrels fingerprint): the batch path builds and folds these rows
-    directly, without a :class:`Contribution` per result."""
-    row = [topic, partition, offset, seq, result_id, query_id, values, facets, confidence]
-    if fingerprint is not None:
-        row.append(fingerprint)
-    return row
-
-
-def decode_contributions(raw: bytes) -> list[Contribution]:
-    """The contributions of one rollup-topic record (a JSON array, input order)."""
-    return [Contribution.from_wire(item) for item in orjson.loads(raw)]
+from scorer.stream.stored import SourcePosition, encode_rollup_records
 
 
 class SeenEntry(NamedTuple):
@@ -143,13 +67,11 @@ class PendingRollups:
     size: int = 0
     since: float = 0.0
     """When the oldest pending contribution was added (``now`` of :meth:`add`)."""
-    _groups: dict[tuple[str, int, bytes], list[list[Any]]] = field(default_factory=dict)
+    _groups: dict[tuple[str, int, bytes], list[Sequence[Any]]] = field(default_factory=dict)
 
-    def add(self, run_key: bytes, item: Contribution, now: float = 0.0) -> None:
-        self.add_row(run_key, item.to_wire(), now)
-
-    def add_row(self, run_key: bytes, row: list[Any], now: float = 0.0) -> None:
-        """:meth:`add` of a contribution already in its wire form (:func:`contribution_row`)."""
+    def add_row(self, run_key: bytes, row: Sequence[Any], now: float = 0.0) -> None:
+        """Queue one scored result's row of the run ``run_key`` (a ``RollupRow``, or the
+        plain tuple of ``stored.rollup_row``)."""
         if not self.size:
             self.since = now
         group = (row[0], row[1], run_key)
@@ -175,10 +97,7 @@ class PendingRollups:
         records = []
         for (_, _, run_key), rows in self._groups.items():
             source = SourcePosition(*rows[0][:4])
-            if max_request_size is None:
-                records.append((source, run_key, orjson.dumps(rows)))
-                continue
-            for value in split_rows(rows, run_key, max_request_size):
+            for value in encode_rollup_records(rows, run_key, max_request_size):
                 records.append((source, run_key, value))
         self._groups = {}
         self.size = 0
@@ -244,14 +163,10 @@ class RunBatch:
     _changed: set[bytes] = field(default_factory=set)
     _trend: dict[bytes, list[float]] = field(default_factory=dict)
 
-    def add(self, run_key: bytes, item: Contribution) -> bool:
-        """Fold one scored result of the run ``run_key``; False if a duplicate."""
-        return self.add_row(run_key, item.to_wire())
-
     def add_row(self, run_key: bytes, row: Sequence[Any]) -> bool:
-        """:meth:`add` of a contribution in its wire form, as the rollup topic carries
-        it (:func:`contribution_row`; eight items, from before the confidence was, fold
-        with None)."""
+        """Fold one scored result of the run ``run_key``: a row in the order of
+        ``stored.RollupRow`` (a decoded rollup record's, ``stored.decode_rollup_record``);
+        False if a duplicate."""
         state = self.runs.get(run_key)
         if state is None:
             stored = self.load_run(run_key)
@@ -264,7 +179,7 @@ class RunBatch:
             else:
                 self._rollups[run_key] = RunRollup.from_state(state["rollup"])
                 self._sketches[run_key] = RiskSketch.from_state(state.get("risk"))
-        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = row
+        topic, partition, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
         stream = f"{topic}/{partition}"
         if _at_or_below_mark(state, stream, offset, seq):
             self.duplicates += 1
@@ -290,12 +205,12 @@ class RunBatch:
             if tracked is None:
                 state["queries"] += 1
             entry = fold_query(tracked, values, self.now)
-            if len(rest) > 1:
-                changed = track_golden_set(entry, rest[1])
+            if qrels is not None:
+                changed = track_golden_set(entry, qrels)
                 if changed:
                     state["changedQrels"] = state.get("changedQrels", 0) + changed
             self.queries[key] = entry
-        self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
+        self._sketches[run_key].add(confidence, MetricValues(*values))
         trend = self._trend.get(run_key)
         if trend is None:
             self._trend[run_key] = [1.0, values[NDCG_SLOT]]

@@ -1,0 +1,158 @@
+"""The records the worker stores, one codec each, every earlier format read here.
+
+A stored record outlives the worker that wrote it (a table's changelog is
+replayed at every start, the rollup topic is read by whichever worker owns
+the run next), so each record carries the version of its format, and this
+module is the one place that writes it and reads it back, earlier formats
+included:
+
+- a **rollup record** (a value of the rollup topic): ``[1, [row, ...]]``, each
+  row the ten fields of :class:`RollupRow`; earlier versions wrote ``[row,
+  ...]``, rows of 8, 9 or 10 items (before the confidence, before the qrels
+  fingerprint, and with both);
+- a **seen block** (the ``rollup_seen`` table): binary, version 2; earlier
+  versions wrote JSON.
+
+The seen block's codec is ``scorer.stream.seen`` (its binary layout is the
+dedupe index's own). A JSON list leads with its version as an int (an earlier
+format's first item is a list); a dict has the key ``"v"``: one test of a value
+already in hand on the hot path. A value decoded here is in this version's
+format; one of the current version comes back as it is (no copy), so a caller
+can still tell by identity that it is the object it stored.
+
+A later version's record is refused with :class:`UnknownVersion` (a
+``ValueError`` of one line naming the record and its version), raised to the
+caller as any undecodable stored value was before versions: out of the batch
+handler, agent or view that read it, which logs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import orjson
+
+from scorer.stream.limits import split_rows
+
+ROLLUP_VERSION = 1
+
+
+class UnknownVersion(ValueError):
+    """A stored record of a version this one does not know (written by a later one), or
+    of no format any version wrote (``shape`` says what it is)."""
+
+    def __init__(self, kind: str, version: Any = None, shape: str | None = None) -> None:
+        if shape is None:
+            message = (
+                f"{kind} of unknown version {version!r}: written by a later version of the "
+                "scorer, which this worker cannot read (upgrade it)"
+            )
+        else:
+            message = f"{kind} of no known format: {shape}"
+        super().__init__(message)
+        self.kind = kind
+        self.version = version
+
+
+# ------------------------------------------------------------------ rollup records
+
+
+class SourcePosition(NamedTuple):
+    """Where a scored record came from: the input event that produced it, and its
+    index among the records that event produced (a qrels event can release several
+    parked results). Ordered as its fields are (one is made per scored result: a
+    tuple is cheaper to make than a frozen dataclass)."""
+
+    topic: str
+    partition: int
+    offset: int
+    seq: int = 0
+
+    @property
+    def stream(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+class RollupRow(NamedTuple):
+    """What one scored result adds to its run's rollup: a row of a rollup record.
+
+    The hot paths keep rows as plain sequences in this order, a row per result: the
+    results path makes them with :func:`rollup_row`, the fold reads the JSON arrays
+    they decode to by position. ``RollupRow(*row)`` names one."""
+
+    topic: str
+    partition: int
+    offset: int
+    seq: int
+    """The input position (:class:`SourcePosition`) of the event that produced it."""
+    result_id: str
+    query_id: str
+    values: list[float]
+    """Every measure, in ``scorer.core.measures.METRIC_NAMES`` order (a row made before
+    a measure existed has fewer: the fold counts it unseen)."""
+    facets: dict[str, str]
+    confidence: float | None = None
+    """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
+    fingerprint: str | None = None
+    """The fingerprint of the qrels it was scored against (``events.qrels_fingerprint``)."""
+
+    @property
+    def position(self) -> SourcePosition:
+        return SourcePosition(self.topic, self.partition, self.offset, self.seq)
+
+
+def rollup_row(
+    position: SourcePosition,
+    result_id: str,
+    query_id: str,
+    values: list[float],
+    facets: dict[str, str],
+    confidence: float | None = None,
+    fingerprint: str | None = None,
+) -> tuple[Any, ...]:
+    """A :class:`RollupRow` as a plain tuple, as the results path queues one per scored
+    result: a named tuple costs a Python call to make and a callback to encode."""
+    return (*position, result_id, query_id, values, facets, confidence, fingerprint)
+
+
+ROW_FIELDS = len(RollupRow.__annotations__)
+ROW_RESULT_ID = 4
+"""The index of ``result_id`` in a row."""
+_ROLLUP_HEAD = b"[%d," % ROLLUP_VERSION
+
+
+def encode_rollup_records(
+    rows: Sequence[Sequence[Any]], key: bytes | None = None, max_request_size: int | None = None
+) -> list[bytes]:
+    """``rows`` (:class:`RollupRow` or :func:`rollup_row`, in input order) as rollup
+    records: one, or with ``max_request_size`` as many as keep each record under
+    ``key`` within it (``limits.split_rows``)."""
+    if max_request_size is None:
+        return [orjson.dumps([ROLLUP_VERSION, rows], default=list)]
+    return split_rows(rows, key, max_request_size, head=_ROLLUP_HEAD, tail=b"]")
+
+
+def decode_rollup_record(raw: bytes) -> list[Sequence[Any]]:
+    """The rows of one rollup record, in input order, each ten items in the order of
+    :class:`RollupRow`. Rows of earlier versions (an untagged array of rows of 8, 9
+    or 10 items: before the confidence, before the qrels fingerprint, and with one)
+    are padded with None."""
+    data = orjson.loads(raw)
+    if type(data) is not list or not data:
+        raise UnknownVersion("rollup record", shape=f"{type(data).__name__} {raw[:80]!r}")
+    head = data[0]
+    if type(head) is int:
+        if head == ROLLUP_VERSION and len(data) == 2:
+            return data[1]
+        raise UnknownVersion("rollup record", head)
+    return [_current_row(row) for row in data]
+
+
+def _current_row(row: Any) -> list[Any]:
+    missing = ROW_FIELDS - len(row) if type(row) is list else -1
+    if missing == 0:
+        return row
+    if missing in (1, 2):
+        return [*row, *([None] * missing)]
+    raise UnknownVersion("rollup row", shape=f"{type(row).__name__} of {len(row)} items")

@@ -1,0 +1,206 @@
+"""The stored records' codecs (scorer.stream.stored): every format an earlier version
+wrote decodes to what that version read from it, this version's records round-trip,
+and a later version's are refused with a message naming the record and its version.
+
+The old records below are the bytes earlier versions wrote, taken from running
+their code (the commit is named with each); the expected values are what the
+version before this one (e43c5a6) made of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from faust.utils import json as faust_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scorer.stream import run_state
+from scorer.stream.stored import (
+    ROW_RESULT_ID,
+    RollupRow,
+    SourcePosition,
+    UnknownVersion,
+    decode_rollup_record,
+    encode_rollup_records,
+    rollup_row,
+)
+from scorer.stream.testing import Pipeline, Record
+
+
+def changelog(value: Any) -> Any:
+    """``value`` as a table's changelog carries it and a replay gives it back."""
+    return orjson.loads(faust_json.dumps(value))
+
+
+# ------------------------------------------------------------------ rollup records
+
+VALUES_1 = [1.0, 0.5, 0.5, 1.0, 1.0]  # five measures: the rows predate the other two
+VALUES_2 = [1.0, 0.5, 1.0, 1.0, 1.0]
+
+OLD_ROLLUP_RECORDS = {
+    # 26621c3 (before the confidence): eight items a row.
+    "eight items": (
+        b'[["results",2,40,0,"r1","q1",[1.0,0.5,0.5,1.0,1.0],{"type":"faq"}],'
+        b'["results",2,41,0,"r2","q1",[1.0,0.5,1.0,1.0,1.0],{"type":"faq"}]]',
+        [
+            ["results", 2, 40, 0, "r1", "q1", VALUES_1, {"type": "faq"}, None, None],
+            ["results", 2, 41, 0, "r2", "q1", VALUES_2, {"type": "faq"}, None, None],
+        ],
+    ),
+    # f8d7a2c (before the qrels fingerprint): nine items a row.
+    "nine items": (
+        b'[["results",2,40,0,"r1","q1",[1.0,0.5,0.5,1.0,1.0],{"type":"faq"},0.75],'
+        b'["results",2,41,0,"r2","q1",[1.0,0.5,1.0,1.0,1.0],{"type":"faq"},null]]',
+        [
+            ["results", 2, 40, 0, "r1", "q1", VALUES_1, {"type": "faq"}, 0.75, None],
+            ["results", 2, 41, 0, "r2", "q1", VALUES_2, {"type": "faq"}, None, None],
+        ],
+    ),
+    # e43c5a6 (untagged): ten items with a fingerprint, nine without, in one record.
+    "ten and nine items": (
+        b'[["results",2,40,0,"r1","q1",[1.0,0.5,0.5,1.0,1.0],{"type":"faq"},0.75,'
+        b'"a1b2c3d4e5f60718"],'
+        b'["results",2,41,0,"r2","q1",[1.0,0.5,1.0,1.0,1.0],{"type":"faq"},null]]',
+        [
+            ["results", 2, 40, 0, "r1", "q1", VALUES_1, {"type": "faq"}, 0.75, "a1b2c3d4e5f60718"],
+            ["results", 2, 41, 0, "r2", "q1", VALUES_2, {"type": "faq"}, None, None],
+        ],
+    ),
+}
+
+FOLDED_ROLLUP = {
+    "overall": [
+        2,
+        [2.0, 1.0, 1.5, 2.0, 2.0, 0.0, 0.0],
+        [2.0, 0.5, 1.25, 2.0, 2.0, 0.0, 0.0],
+        [0, 0, 0, 0, 0, 2, 2],
+    ],
+    "facets": {
+        "type": {
+            "faq": [
+                2,
+                [2.0, 1.0, 1.5, 2.0, 2.0, 0.0, 0.0],
+                [2.0, 0.5, 1.25, 2.0, 2.0, 0.0, 0.0],
+                [0, 0, 0, 0, 0, 2, 2],
+            ]
+        }
+    },
+}
+"""The rollup of the two rows above, as e43c5a6 folded it (the two measures the rows
+predate unseen)."""
+
+SKETCH_OF_R1 = {
+    "buckets": [[39986, 1, 0, 0.5]],
+    "lossBins": [[50, 1, 0.5]],
+    "withoutConfidence": 1,
+    "folded": None,
+}
+"""The risk sketch of r1 (confidence 0.75) and r2 (none)."""
+NO_CONFIDENCE = {"buckets": [], "lossBins": [], "withoutConfidence": 2, "folded": None}
+
+
+@pytest.mark.parametrize("name", OLD_ROLLUP_RECORDS)
+def test_a_rollup_record_of_an_earlier_version_decodes_to_ten_item_rows(name: str) -> None:
+    raw, rows = OLD_ROLLUP_RECORDS[name]
+    assert decode_rollup_record(raw) == rows
+
+
+@pytest.mark.parametrize(
+    ("name", "risk"),
+    [
+        ("eight items", NO_CONFIDENCE),
+        ("nine items", SKETCH_OF_R1),
+        ("ten and nine items", SKETCH_OF_R1),
+    ],
+)
+def test_a_rollup_record_of_an_earlier_version_folds_as_it_did(name: str, risk: dict) -> None:
+    batch = run_state.RunBatch(lambda key: None, lambda key: None, 100, now=1000.0)
+    for row in decode_rollup_record(OLD_ROLLUP_RECORDS[name][0]):
+        assert batch.add_row(b"run-a", row)
+    assert changelog(batch.finish("t")[b"run-a"]) == {
+        "rollup": FOLDED_ROLLUP,
+        "risk": risk,
+        "watermarks": {"results/2": [41, 0]},
+        "updatedAt": "t",
+        "queries": 1,
+        "history": [[900.0, 2.0, 1.5]],
+        "changedQrels": 0,
+    }
+
+
+def test_a_rollup_record_of_this_version_leads_with_its_version() -> None:
+    row = RollupRow("results", 2, 40, 0, "r1", "q1", [0.5], {}, None, "ab")
+    [raw] = encode_rollup_records([row])
+    assert raw == b'[1,[["results",2,40,0,"r1","q1",[0.5],{},null,"ab"]]]'
+    assert row.position == ("results", 2, 40, 0) and row.position.stream == "results/2"
+    assert RollupRow(*range(10))[ROW_RESULT_ID] == RollupRow(*range(10)).result_id
+
+
+def test_the_results_paths_plain_row_is_a_rollup_row() -> None:
+    position = SourcePosition("results", 2, 40, 1)
+    plain = rollup_row(position, "r1", "q1", [0.5], {"t": "x"}, 0.25, "ab")
+    assert type(plain) is tuple
+    assert RollupRow(*plain) == RollupRow(*position, "r1", "q1", [0.5], {"t": "x"}, 0.25, "ab")
+    assert RollupRow(*rollup_row(position, "r1", "q1", [], {})) == RollupRow(
+        *position, "r1", "q1", [], {}
+    )
+    assert encode_rollup_records([plain]) == encode_rollup_records([RollupRow(*plain)])
+
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+rows = st.builds(
+    RollupRow,
+    text,
+    st.integers(0, 2**15),
+    st.integers(0, 2**62),
+    st.integers(0, 2**31),
+    text,
+    text,
+    st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=8),
+    st.dictionaries(text, text, max_size=4),
+    st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    st.none() | st.text("0123456789abcdef", min_size=16, max_size=16),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(rows, min_size=1, max_size=30), st.sampled_from([None, 65_536, 2_000]))
+def test_rollup_rows_round_trip_whole_or_split(items: list[RollupRow], limit: int | None) -> None:
+    try:
+        records = encode_rollup_records(items, b"run", limit)
+    except ValueError:
+        assert limit == 2_000  # a row too large for a record of its own
+        return
+    assert [RollupRow(*row) for raw in records for row in decode_rollup_record(raw)] == items
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            b'[2,[["results",2,40,0,"r1","q1",[0.5],{},null,null]]]',
+            "rollup record of unknown version 2",
+        ),
+        (b'{"resultId":"r1","runId":"run-a"}', "rollup record of no known format: dict"),
+        (
+            b'[["results",2,40,0,"r1","q1",[0.5],{},null,null,"x"]]',
+            "rollup row of no known format: list of 11 items",
+        ),
+    ],
+)
+def test_a_rollup_record_of_an_unknown_format_is_refused(raw: bytes, message: str) -> None:
+    with pytest.raises(UnknownVersion, match=message) as refused:
+        decode_rollup_record(raw)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_fold_refuses_a_record_of_a_later_version_as_it_refused_an_undecodable_one() -> None:
+    """The batch fails whole (nothing written): the worker stops on it, logged, as it
+    did on a record it could not decode before versions."""
+    pipeline = Pipeline()
+    pipeline.topic(pipeline.settings.rollup_topic, 0).append(Record(0, b"run-a", b"[9,[]]"))
+    with pytest.raises(UnknownVersion, match="rollup record of unknown version 9"):
+        pipeline.fold()
+    assert pipeline.tables["rollups"].data == {}
