@@ -23,8 +23,8 @@ counts exact under at-least-once delivery:
 - per-query scores, for paired comparisons, are folded the same way and are
   bounded: at most ``max_queries`` distinct queries per run are tracked.
 
-The rows (``stored.RollupRow``) are written and read back, earlier formats
-included, by ``scorer.stream.stored``.
+The rows (``stored.RollupRow``) and the run states are written and read back,
+earlier formats included, by ``scorer.stream.stored``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,12 @@ from scorer.analysis.risk_sketch import RiskSketch
 from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
 from scorer.core.metrics import MetricValues
 from scorer.core.rollup import RunRollup
-from scorer.stream.stored import SourcePosition, encode_rollup_records
+from scorer.stream.stored import (
+    SourcePosition,
+    decode_run_state,
+    encode_rollup_records,
+    new_run_state,
+)
 
 
 class SeenEntry(NamedTuple):
@@ -104,18 +109,6 @@ class PendingRollups:
         return records
 
 
-def new_run_state() -> dict[str, Any]:
-    return {
-        "rollup": RunRollup().to_state(),
-        "risk": RiskSketch().to_state(),
-        "watermarks": {},
-        "updatedAt": None,
-        "queries": 0,
-        "history": [],
-        "changedQrels": 0,
-    }
-
-
 def _at_or_below_mark(state: Mapping[str, Any], stream: str, offset: int, seq: int) -> bool:
     mark = state["watermarks"].get(stream)
     return mark is not None and (offset, seq) <= tuple(mark)
@@ -170,7 +163,7 @@ class RunBatch:
         state = self.runs.get(run_key)
         if state is None:
             stored = self.load_run(run_key)
-            state = stored or new_run_state()
+            state = new_run_state() if stored is None else decode_run_state(stored)
             self.runs[run_key] = state
             decoded = self.decoded
             cached = decoded.pop(run_key, None) if decoded is not None else None
@@ -178,7 +171,7 @@ class RunBatch:
                 self._rollups[run_key], self._sketches[run_key] = cached[1], cached[2]
             else:
                 self._rollups[run_key] = RunRollup.from_state(state["rollup"])
-                self._sketches[run_key] = RiskSketch.from_state(state.get("risk"))
+                self._sketches[run_key] = RiskSketch.from_state(state["risk"])
         topic, partition, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
         stream = f"{topic}/{partition}"
         if _at_or_below_mark(state, stream, offset, seq):
@@ -208,7 +201,7 @@ class RunBatch:
             if qrels is not None:
                 changed = track_golden_set(entry, qrels)
                 if changed:
-                    state["changedQrels"] = state.get("changedQrels", 0) + changed
+                    state["changedQrels"] += changed
             self.queries[key] = entry
         self._sketches[run_key].add(confidence, MetricValues(*values))
         trend = self._trend.get(run_key)
@@ -233,7 +226,7 @@ class RunBatch:
             if trend is not None:
                 bucket = math.floor(self.now / self.history_seconds) * self.history_seconds
                 state["history"] = add_to_history(
-                    state.get("history"), bucket, trend[0], trend[1], self.history_buckets
+                    state["history"], bucket, trend[0], trend[1], self.history_buckets
                 )
             changed[run_key] = state
         decoded = self.decoded
@@ -262,9 +255,8 @@ def add_to_history(
 
 
 def trend_of(state: Mapping[str, Any]) -> list[list[float]]:
-    """``[[bucketStart, mean nDCG@10, count], ...]`` of a run state (empty before the
-    history was kept)."""
-    return [[start, total / count, count] for start, count, total in state.get("history") or []]
+    """``[[bucketStart, mean nDCG@10, count], ...]`` of a (decoded) run state."""
+    return [[start, total / count, count] for start, count, total in state["history"]]
 
 
 def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:
@@ -380,21 +372,23 @@ def values_of_row(values: Sequence[float]) -> list[float]:
 
 
 def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dict[str, Any]:
-    """The API's answer for one run: the ``scorer eval --format json`` shape of a run,
-    plus when it was last updated and how many queries the paired comparison tracks."""
+    """The API's answer for one run (its state decoded, ``stored.decode_run_state``):
+    the ``scorer eval --format json`` shape of a run, plus when it was last updated
+    and how many queries the paired comparison tracks."""
     document = {"runId": run_id, **RunRollup.from_state(state["rollup"]).summary()}
     document["updatedAt"] = state["updatedAt"]
     document["pairedQueries"] = {"tracked": state["queries"], "limit": max_queries}
-    document["changedQrels"] = state.get("changedQrels", 0)
+    document["changedQrels"] = state["changedQrels"]
     return document
 
 
 def risk_document(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
-    """The API's risk–coverage answer for one run: the ``riskCoverage`` block of
-    ``scorer eval --format json`` from the run's sketch, where the exact values lie
-    (``sketch``), and when the run was last updated. A run state from before the
-    sketch existed has an empty one (its results are not in the block)."""
-    sketch = RiskSketch.from_state(state.get("risk"))
+    """The API's risk–coverage answer for one run (its state decoded): the
+    ``riskCoverage`` block of ``scorer eval --format json`` from the run's sketch,
+    where the exact values lie (``sketch``), and when the run was last updated. A run
+    state from before the sketch existed has an empty one (its results are not in the
+    block)."""
+    sketch = RiskSketch.from_state(state["risk"])
     return {
         "runId": run_id,
         **sketch.summary(),

@@ -10,6 +10,9 @@ included:
   row the ten fields of :class:`RollupRow`; earlier versions wrote ``[row,
   ...]``, rows of 8, 9 or 10 items (before the confidence, before the qrels
   fingerprint, and with both);
+- a **run state** (the ``rollups`` table, :func:`new_run_state`): a dict with
+  ``"v": 1``; earlier versions wrote none, and maybe no ``risk``, ``history``
+  or ``changedQrels`` (each added since);
 - a **seen block** (the ``rollup_seen`` table): binary, version 2; earlier
   versions wrote JSON.
 
@@ -28,14 +31,17 @@ handler, agent or view that read it, which logs it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
+from scorer.analysis.risk_sketch import RiskSketch
+from scorer.core.rollup import RunRollup
 from scorer.stream.limits import split_rows
 
 ROLLUP_VERSION = 1
+RUN_STATE_VERSION = 1
 
 
 class UnknownVersion(ValueError):
@@ -156,3 +162,41 @@ def _current_row(row: Any) -> list[Any]:
     if missing in (1, 2):
         return [*row, *([None] * missing)]
     raise UnknownVersion("rollup row", shape=f"{type(row).__name__} of {len(row)} items")
+
+
+# ------------------------------------------------------------------ run states
+
+
+def new_run_state() -> dict[str, Any]:
+    """A run's state before any result is folded in (the ``rollups`` table's value)."""
+    return {
+        "v": RUN_STATE_VERSION,
+        "rollup": RunRollup().to_state(),
+        "risk": RiskSketch().to_state(),
+        "watermarks": {},
+        "updatedAt": None,
+        "queries": 0,
+        "history": [],
+        "changedQrels": 0,
+    }
+
+
+def decode_run_state(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``rollups`` table value in this version's format. A state of an earlier
+    version (no ``"v"``) gets what was added since, as its readers took it then: an
+    empty risk sketch, no trend history, no results against changed qrels."""
+    version = stored.get("v")
+    if version == RUN_STATE_VERSION:
+        return stored  # type: ignore[return-value]
+    if version is not None:
+        raise UnknownVersion("run state", version)
+    if "rollup" not in stored or "watermarks" not in stored:
+        raise UnknownVersion("run state", shape=f"untagged, keys {sorted(stored)[:20]}")
+    state = new_run_state()
+    state.update(stored)
+    state["v"] = RUN_STATE_VERSION
+    if state["risk"] is None:
+        state["risk"] = RiskSketch().to_state()
+    if state["history"] is None:
+        state["history"] = []
+    return state

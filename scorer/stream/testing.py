@@ -31,7 +31,7 @@ import orjson
 
 from schemas import GoldenQuery, RetrievalResult
 from scorer.settings import Settings
-from scorer.stream import events, run_state
+from scorer.stream import events, run_state, stored
 from scorer.stream.outputs import MemoryTable, Output, Source
 from scorer.stream.placement import HomePartitions, Misplaced
 from scorer.stream.qrels import release
@@ -226,6 +226,7 @@ class Pipeline:
         state = self.tables["rollups"].get(run_id.encode())
         if state is None:
             return None
+        state = stored.decode_run_state(state)
         return run_state.run_document(run_id, state, self.settings.rollup_max_queries)
 
     def _send(self, outputs: list[Output]) -> None:

@@ -23,7 +23,9 @@ from scorer.stream.stored import (
     RollupRow,
     SourcePosition,
     decode_rollup_record,
+    decode_run_state,
     encode_rollup_records,
+    new_run_state,
 )
 
 Placed = Callable[[SourcePosition], RollupRow]
@@ -316,8 +318,10 @@ def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
 def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
     tables = Tables()
     tables.fold([(confident("r1", 0.5, 1, 1.0), at(0))])
-    del tables.rollups[b"run-a"]["risk"]
-    assert run_state.risk_document("run-a", tables.rollups[b"run-a"])["withConfidence"] == 0
+    # As an earlier version stored it: untagged, without the sketch.
+    del tables.rollups[b"run-a"]["risk"], tables.rollups[b"run-a"]["v"]
+    old = decode_run_state(tables.rollups[b"run-a"])
+    assert run_state.risk_document("run-a", old)["withConfidence"] == 0
     tables.fold([(confident("r2", 0.5, 0, 0.0), at(1))])
     document = run_state.risk_document("run-a", tables.rollups[b"run-a"])
     assert (document["withConfidence"], document["miss"]["aurc"]) == (1, 1.0)
@@ -581,8 +585,7 @@ def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
         fold([(record(f"late{n}", 1.0), at(10 + n))], now=now)
     trend = run_state.trend_of(tables.rollups[b"run-a"])
     assert [start for start, _, _ in trend] == [1200.0, 1260.0, 1380.0]  # the newest 3
-    assert run_state.trend_of(run_state.new_run_state()) == []
-    assert run_state.trend_of({"rollup": {}}) == []  # a state from before the history
+    assert run_state.trend_of(new_run_state()) == []
 
 
 def test_a_run_counts_the_results_scored_against_qrels_that_have_since_changed() -> None:

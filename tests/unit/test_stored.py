@@ -17,13 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorer.stream import run_state
+from scorer.stream.run_list import run_entry
 from scorer.stream.stored import (
     ROW_RESULT_ID,
     RollupRow,
     SourcePosition,
     UnknownVersion,
     decode_rollup_record,
+    decode_run_state,
     encode_rollup_records,
+    new_run_state,
     rollup_row,
 )
 from scorer.stream.testing import Pipeline, Record
@@ -120,6 +123,7 @@ def test_a_rollup_record_of_an_earlier_version_folds_as_it_did(name: str, risk: 
     for row in decode_rollup_record(OLD_ROLLUP_RECORDS[name][0]):
         assert batch.add_row(b"run-a", row)
     assert changelog(batch.finish("t")[b"run-a"]) == {
+        "v": 1,
         "rollup": FOLDED_ROLLUP,
         "risk": risk,
         "watermarks": {"results/2": [41, 0]},
@@ -204,3 +208,122 @@ def test_the_fold_refuses_a_record_of_a_later_version_as_it_refused_an_undecodab
     with pytest.raises(UnknownVersion, match="rollup record of unknown version 9"):
         pipeline.fold()
     assert pipeline.tables["rollups"].data == {}
+
+
+# ------------------------------------------------------------------ run states
+
+OLD_RUN_STATES = {
+    # 26621c3: no risk sketch, no trend history, no changed-qrels count.
+    "before the sketch": (
+        b'{"rollup":{"overall":[2,[2.0,1.0,1.5,2.0,2.0],[2.0,0.5,1.25,2.0,2.0]],'
+        b'"facets":{"type":{"faq":[2,[2.0,1.0,1.5,2.0,2.0],[2.0,0.5,1.25,2.0,2.0]]}}},'
+        b'"watermarks":{"results/2":[41,0]},"updatedAt":"2026-12-01T00:00:00+00:00","queries":1}'
+    ),
+    # f8d7a2c: the sketch, no history.
+    "before the history": (
+        b'{"rollup":{"overall":[2,[2.0,1.0,1.5,2.0,2.0],[2.0,0.5,1.25,2.0,2.0]],'
+        b'"facets":{"type":{"faq":[2,[2.0,1.0,1.5,2.0,2.0],[2.0,0.5,1.25,2.0,2.0]]}}},'
+        b'"risk":{"buckets":[[39986,1,0,0.5]],"lossBins":[[50,1,0.5]],"withoutConfidence":1,'
+        b'"folded":null},"watermarks":{"results/2":[41,0]},'
+        b'"updatedAt":"2026-12-01T00:00:00+00:00","queries":1}'
+    ),
+    # 5773066: the history, no changed-qrels count.
+    "before golden-set versions": (
+        b'{"rollup":{"overall":[2,[2.0,1.0,1.5,2.0,2.0,0.0,0.0],[2.0,0.5,1.25,2.0,2.0,0.0,0.0],'
+        b'[0,0,0,0,0,2,2]],"facets":{"type":{"faq":[2,[2.0,1.0,1.5,2.0,2.0,0.0,0.0],'
+        b'[2.0,0.5,1.25,2.0,2.0,0.0,0.0],[0,0,0,0,0,2,2]]}}},"risk":{"buckets":[[39986,1,0,0.5]],'
+        b'"lossBins":[[50,1,0.5]],"withoutConfidence":1,"folded":null},'
+        b'"watermarks":{"results/2":[41,0]},"updatedAt":"2026-12-01T00:00:00+00:00","queries":1,'
+        b'"history":[[900.0,2.0,1.5]]}'
+    ),
+    # e43c5a6: every key, untagged.
+    "untagged": (
+        b'{"rollup":{"overall":[2,[2.0,1.0,1.5,2.0,2.0,0.0,0.0],[2.0,0.5,1.25,2.0,2.0,0.0,0.0],'
+        b'[0,0,0,0,0,2,2]],"facets":{"type":{"faq":[2,[2.0,1.0,1.5,2.0,2.0,0.0,0.0],'
+        b'[2.0,0.5,1.25,2.0,2.0,0.0,0.0],[0,0,0,0,0,2,2]]}}},"risk":{"buckets":[[39986,1,0,0.5]],'
+        b'"lossBins":[[50,1,0.5]],"withoutConfidence":1,"folded":null},'
+        b'"watermarks":{"results/2":[41,0]},"updatedAt":"2026-12-01T00:00:00+00:00","queries":1,'
+        b'"history":[[900.0,2.0,1.5]],"changedQrels":0}'
+    ),
+}
+EMPTY_SKETCH = {"buckets": [], "lossBins": [], "withoutConfidence": 0, "folded": None}
+READ_AS = {
+    # (risk sketch, trend history) as e43c5a6 read them: the sketch's counts and the trend.
+    "before the sketch": (EMPTY_SKETCH, (0, 0), []),
+    "before the history": (SKETCH_OF_R1, (1, 1), []),
+    "before golden-set versions": (SKETCH_OF_R1, (1, 1), [[900.0, 2.0, 1.5]]),
+    "untagged": (SKETCH_OF_R1, (1, 1), [[900.0, 2.0, 1.5]]),
+}
+
+
+@pytest.mark.parametrize("name", OLD_RUN_STATES)
+def test_a_run_state_of_an_earlier_version_decodes_with_what_was_added_since(name: str) -> None:
+    old = orjson.loads(OLD_RUN_STATES[name])
+    risk, _, history = READ_AS[name]
+    assert decode_run_state(old) == {
+        **old,
+        "v": 1,
+        "risk": risk,
+        "history": history,
+        "changedQrels": 0,
+    }
+
+
+@pytest.mark.parametrize("name", OLD_RUN_STATES)
+def test_a_run_state_of_an_earlier_version_reads_as_it_did(name: str) -> None:
+    state = decode_run_state(orjson.loads(OLD_RUN_STATES[name]))
+    _, (with_confidence, without), history = READ_AS[name]
+    document = run_state.run_document("run-a", state, 100)
+    assert (document["count"], document["metrics"]["ndcgAt10"]) == (2, 0.75)
+    assert document["changedQrels"] == 0
+    assert document["pairedQueries"] == {"tracked": 1, "limit": 100}
+    assert document["updatedAt"] == "2026-12-01T00:00:00+00:00"
+    risk = run_state.risk_document("run-a", state)
+    assert (risk["withConfidence"], risk["withoutConfidence"]) == (with_confidence, without)
+    trend = [[start, total / count, count] for start, count, total in history]
+    assert run_state.trend_of(state) == trend == run_entry("run-a", state)["trend"]
+
+
+@pytest.mark.parametrize("name", OLD_RUN_STATES)
+def test_a_run_state_of_an_earlier_version_folds_on_as_it_did(name: str) -> None:
+    old = orjson.loads(OLD_RUN_STATES[name])
+    batch = run_state.RunBatch({b"run-a": old}.get, lambda key: None, 100, now=2000.0)
+    row = ["results", 2, 42, 0, "r3", "q2", [0.0] * 7, {"type": "faq"}, 0.25, "ffee00112233aabb"]
+    assert batch.add_row(b"run-a", row)
+    sketch = READ_AS[name][0]
+    # What e43c5a6 wrote after this fold, tagged (and with a changed-qrels count).
+    rollup = orjson.loads(orjson.dumps(FOLDED_ROLLUP).replace(b"[2,", b"[3,"))
+    assert changelog(batch.finish("t")[b"run-a"]) == {
+        "v": 1,
+        "rollup": rollup,
+        "risk": {
+            "buckets": [[39931, 1, 1, 1.0], *sketch["buckets"]],
+            "lossBins": [*sketch["lossBins"], [99, 1, 1.0]],
+            "withoutConfidence": sketch["withoutConfidence"],
+            "folded": None,
+        },
+        "watermarks": {"results/2": [42, 0]},
+        "updatedAt": "t",
+        "queries": 2,
+        "history": [*READ_AS[name][2], [1800.0, 1.0, 0.0]],
+        "changedQrels": 0,
+    }
+
+
+def test_a_run_state_of_this_version_is_read_as_it_is() -> None:
+    state = new_run_state()
+    assert state["v"] == 1 and decode_run_state(state) is state
+    replayed = changelog(state)
+    assert decode_run_state(replayed) is replayed and replayed == state
+
+
+def test_a_run_state_of_an_unknown_format_is_refused() -> None:
+    later = {**new_run_state(), "v": 2}
+    with pytest.raises(
+        UnknownVersion, match=r"^run state of unknown version 2: written by a later version"
+    ):
+        decode_run_state(later)
+    with pytest.raises(
+        UnknownVersion, match=r"run state of no known format: untagged, keys \['count'\]"
+    ):
+        decode_run_state({"count": 3})
