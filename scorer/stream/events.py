@@ -8,7 +8,7 @@ tables.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -19,6 +19,11 @@ from pydantic import ValidationError
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
 from scorer.core.metrics import Judgments, MetricValues, score
+from scorer.stream.stored import (
+    ParkedItem,
+    parked_item_size,
+    parked_list_size,
+)
 
 DEADLETTER_HEADER_PREFIX = "x-scorer-"
 
@@ -174,35 +179,6 @@ def deadletter_headers(
         (f"{DEADLETTER_HEADER_PREFIX}source-partition", str(partition).encode()),
         (f"{DEADLETTER_HEADER_PREFIX}source-offset", str(offset).encode()),
     ]
-
-
-class ParkedItem(NamedTuple):
-    """A result waiting for its qrels, as the ``parked`` table keeps it (a JSON array)."""
-
-    result_id: str
-    parked_at: float
-    """Epoch seconds."""
-    raw: str
-    """The result's JSON text, as it arrived."""
-    partition: int
-    """Its input partition (the expiry command goes there)."""
-
-
-def parked_items(stored: Iterable[Sequence[Any]] | None) -> list[ParkedItem]:
-    """A query's parked list as read from the table (arrays after a changelog replay)."""
-    return [ParkedItem(*item) for item in stored or ()]
-
-
-def parked_item_size(item: ParkedItem) -> int:
-    """Bytes of ``item`` in its query's parked list as the ``parked`` table's changelog
-    carries it (a JSON array, as Faust's json codec writes it: orjson, UTF-8)."""
-    return len(orjson.dumps(list(item)))
-
-
-def parked_list_size(sizes: Sequence[int]) -> int:
-    """Bytes of a parked list (the changelog value) whose items have ``sizes``: the
-    items, a comma between each two, and the brackets."""
-    return sum(sizes) + max(0, len(sizes) - 1) + 2
 
 
 def _size_bound(item: ParkedItem) -> int:

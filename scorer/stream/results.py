@@ -21,7 +21,10 @@ from scorer.stream import events, limits, run_state
 from scorer.stream.outputs import Output, Source, TableWriter
 from scorer.stream.placement import Misplaced
 from scorer.stream.stored import (
+    ParkedItem,
     SourcePosition,
+    decode_parked,
+    encode_parked,
     rollup_row,
 )
 from scorer.stream.telemetry import Telemetry
@@ -178,7 +181,7 @@ class ResultBatches:
         scored_at = datetime.fromtimestamp(now, UTC).isoformat()
         scored = 0
         outputs: list[Output] = []
-        parked: dict[str, list[events.ParkedItem]] = {}
+        parked: dict[str, list[ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
         misplaced = self.misplaced
         topic, partition = tp.topic, tp.partition
@@ -211,7 +214,7 @@ class ResultBatches:
         if scored:
             telemetry.scored.inc(scored)
         for query_id, items in parked.items():
-            self.parked_out.set(query_id, items, partition, outputs)
+            self.parked_out.set(query_id, encode_parked(items), partition, outputs)
         outputs.extend(scoring.rollup_outputs())
         return outputs
 
@@ -221,7 +224,7 @@ class ResultBatches:
         raw: bytes,
         partition: int,
         now: float,
-        parked: dict[str, list[events.ParkedItem]],
+        parked: dict[str, list[ParkedItem]],
     ) -> None:
         """Park a result whose qrels have not arrived (into ``parked``, written to the
         table once per query at the end of the batch)."""
@@ -233,7 +236,7 @@ class ResultBatches:
         query_id = result.query_id
         current = parked.get(query_id)
         if current is None:
-            current = events.parked_items(self.parked_out.get(query_id))
+            current = decode_parked(self.parked_out.get(query_id))
         decision = events.park(
             current, raw, result.result_id, now, settings.parking_max_per_query, partition,
             settings.parking_max_bytes_per_query,

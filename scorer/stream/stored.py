@@ -13,6 +13,9 @@ included:
 - a **run state** (the ``rollups`` table, :func:`new_run_state`): a dict with
   ``"v": 1``; earlier versions wrote none, and maybe no ``risk``, ``history``
   or ``changedQrels`` (each added since);
+- a **parked list** (the ``parked`` table, a query's results waiting for their
+  qrels): ``[1, [item, ...]]``, items of :class:`ParkedItem`; earlier versions
+  wrote ``[item, ...]``;
 - a **seen block** (the ``rollup_seen`` table): binary, version 2; earlier
   versions wrote JSON.
 
@@ -31,7 +34,7 @@ handler, agent or view that read it, which logs it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -42,6 +45,7 @@ from scorer.stream.limits import split_rows
 
 ROLLUP_VERSION = 1
 RUN_STATE_VERSION = 1
+PARKED_VERSION = 1
 
 
 class UnknownVersion(ValueError):
@@ -200,3 +204,64 @@ def decode_run_state(stored: Mapping[str, Any]) -> dict[str, Any]:
     if state["history"] is None:
         state["history"] = []
     return state
+
+
+# ------------------------------------------------------------------ parked lists
+
+
+class ParkedItem(NamedTuple):
+    """A result waiting for its qrels, an item of its query's parked list."""
+
+    result_id: str
+    parked_at: float
+    """Epoch seconds."""
+    raw: str
+    """The result's JSON text, as it arrived."""
+    partition: int
+    """Its input partition (the expiry command goes there)."""
+
+
+_PARKED_FIELDS = len(ParkedItem.__annotations__)
+_PARKED_FRAME = len(orjson.dumps([PARKED_VERSION, []]))
+"""Bytes of a parked list's changelog value around its items: ``[1,[`` and ``]]``."""
+
+
+def encode_parked(items: Sequence[ParkedItem]) -> list[Any]:
+    """A query's parked list as the ``parked`` table keeps it (never empty: an empty
+    list is deleted)."""
+    return [PARKED_VERSION, list(items)]
+
+
+def decode_parked(stored: Iterable[Any] | None) -> list[ParkedItem]:
+    """A query's parked list as read from the table (None: nothing parked), as it was
+    stored or as a changelog replay decoded it (arrays). Earlier versions stored the
+    items untagged, ``[item, ...]``, each the four fields of :class:`ParkedItem`."""
+    if not stored:
+        return []
+    data = list(stored)
+    head = data[0]
+    if type(head) is int:
+        if head == PARKED_VERSION and len(data) == 2:
+            items = data[1]
+        else:
+            raise UnknownVersion("parked list", head)
+    else:
+        items = data
+    parked = []
+    for item in items:
+        if len(item) != _PARKED_FIELDS:
+            raise UnknownVersion("parked item", shape=f"{type(item).__name__} of {len(item)} items")
+        parked.append(ParkedItem(*item))
+    return parked
+
+
+def parked_item_size(item: ParkedItem) -> int:
+    """Bytes of ``item`` in its query's parked list as the ``parked`` table's changelog
+    carries it (a JSON array, as Faust's json codec writes it: orjson, UTF-8)."""
+    return len(orjson.dumps(list(item)))
+
+
+def parked_list_size(sizes: Sequence[int]) -> int:
+    """Bytes of a parked list (the changelog value, :func:`encode_parked`) whose items
+    have ``sizes``: the items, a comma between each two, and the version around them."""
+    return sum(sizes) + max(0, len(sizes) - 1) + _PARKED_FRAME

@@ -16,15 +16,19 @@ from faust.utils import json as faust_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorer.stream import run_state
+from schemas import GoldenQuery
+from scorer.stream import events, run_state
 from scorer.stream.run_list import run_entry
 from scorer.stream.stored import (
     ROW_RESULT_ID,
+    ParkedItem,
     RollupRow,
     SourcePosition,
     UnknownVersion,
+    decode_parked,
     decode_rollup_record,
     decode_run_state,
+    encode_parked,
     encode_rollup_records,
     new_run_state,
     rollup_row,
@@ -327,3 +331,55 @@ def test_a_run_state_of_an_unknown_format_is_refused() -> None:
         UnknownVersion, match=r"run state of no known format: untagged, keys \['count'\]"
     ):
         decode_run_state({"count": 3})
+
+
+# ------------------------------------------------------------------ parked lists
+
+RAW_RESULT = '{"resultId":"r1","runId":"run-a","queryId":"q9","ranked":["d1","d2"]}'
+OLD_PARKED = (
+    # e43c5a6: the items untagged (four fields each since the parked table existed).
+    b'[["r1",1796354016.2648053,"{\\"resultId\\":\\"r1\\",\\"runId\\":\\"run-a\\",'
+    b'\\"queryId\\":\\"q9\\",\\"ranked\\":[\\"d1\\",\\"d2\\"]}",2]]'
+)
+
+
+def test_a_parked_list_of_an_earlier_version_decodes_to_its_items() -> None:
+    (item,) = decode_parked(orjson.loads(OLD_PARKED))
+    assert item == ParkedItem("r1", 1796354016.2648053, RAW_RESULT, 2)
+    assert decode_parked([]) == [] and decode_parked(None) == []
+
+
+def test_a_parked_list_of_an_earlier_version_is_released_by_its_qrels() -> None:
+    pipeline = Pipeline()
+    pipeline.tables["parked"].data["q9"] = orjson.loads(OLD_PARKED)
+    pipeline.crash()  # started over the table: its count read from the old list
+    assert pipeline.parked.value == 1
+    pipeline.judge(GoldenQuery(query_id="q9", qrels={"d2": 1}))
+    pipeline.settle()
+    [scored] = pipeline.scored()
+    assert (scored["resultId"], scored["retrievalMetrics"]["mrr"]) == ("r1", 0.5)
+    assert pipeline.tables["parked"].data == {} and pipeline.run("run-a")["count"] == 1
+
+
+parked_items = st.lists(
+    st.builds(ParkedItem, text, st.floats(0, 2e9), text, st.integers(0, 1000)),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parked_items)
+def test_a_parked_list_round_trips_in_memory_and_through_the_changelog(items: list) -> None:
+    stored = encode_parked(items)
+    assert stored[0] == 1
+    assert decode_parked(stored) == items == decode_parked(changelog(stored))
+    sizes = [events.parked_item_size(item) for item in items]
+    assert events.parked_list_size(sizes) == len(faust_json.dumps(stored))
+
+
+def test_a_parked_list_of_an_unknown_format_is_refused() -> None:
+    with pytest.raises(UnknownVersion, match="parked list of unknown version 2"):
+        decode_parked([2, [["r1", 1.0, "{}", 0]]])
+    with pytest.raises(UnknownVersion, match="parked item of no known format: list of 3 items"):
+        decode_parked([["r1", 1.0, "{}"]])  # no parked table ever held these
