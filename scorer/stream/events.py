@@ -21,6 +21,7 @@ from scorer import __version__
 from scorer.core.metrics import Judgments, MetricValues, score
 from scorer.stream.stored import (
     ParkedItem,
+    encode_qrels_entry,
     parked_item_size,
     parked_list_size,
 )
@@ -93,30 +94,23 @@ def qrels_fingerprint(qrels: Mapping[str, int]) -> str:
 def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
     """What the qrels table keeps per query: only what scoring needs, precomputed.
 
-    The judgments are prepared as offline (``Judgments.from_qrels``: relevant
-    grades, the other judged ids for judged@k, the ideal DCG computed once) and
-    stored in their JSON form; :func:`judgments_of` turns an entry back into them
-    without recomputing. An entry stored before ``others`` was kept scores judged@k
-    against its relevant ids only, until its query's golden set is published again.
+    The judgments are prepared as offline (``Judgments.from_qrels``) and stored in
+    their JSON form (``stored.encode_qrels_entry``); :func:`judgments_of` turns an
+    entry back into them without recomputing.
     """
-    judgments = Judgments.from_qrels(golden.qrels)
-    return {
-        "grades": dict(judgments.grades),
-        "others": dict(judgments.others),
-        "idcg": judgments.ideal_dcg,
-        "facets": dict(golden.facets or {}),
-        "fingerprint": qrels_fingerprint(golden.qrels),
-    }
+    return encode_qrels_entry(
+        Judgments.from_qrels(golden.qrels), golden.facets, qrels_fingerprint(golden.qrels)
+    )
 
 
 def judgments_of(entry: Mapping[str, Any]) -> Judgments:
-    """The judgments a qrels table entry holds (see :func:`golden_entry`)."""
+    """The judgments a qrels table entry holds (decoded, ``stored.decode_qrels_entry``)."""
     grades = entry["grades"]
     return Judgments(
         grades=grades,
         n_relevant=len(grades),
         ideal_dcg=entry["idcg"],
-        others=entry.get("others") or {},
+        others=entry["others"],
     )
 
 
@@ -135,7 +129,8 @@ def score_result(
     default_k: int,
     now: datetime | str | None = None,
 ) -> Scored:
-    """Score ``result`` against its query's table entry into a ScoredResult.
+    """Score ``result`` against its query's table entry (decoded,
+    ``stored.decode_qrels_entry``) into a ScoredResult.
 
     Facets of the golden set are overridden by those of the result; ``k`` is the
     result's own, else ``default_k``. ``now``: when it was scored (now if None),

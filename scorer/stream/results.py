@@ -24,6 +24,7 @@ from scorer.stream.stored import (
     ParkedItem,
     SourcePosition,
     decode_parked,
+    decode_qrels_entry,
     encode_parked,
     rollup_row,
 )
@@ -73,7 +74,7 @@ class Scoring:
         scored_at: str | None = None,
         counted: bool = True,
     ) -> Output:
-        """Score ``result`` against its qrels entry: its scored record, with the run
+        """Score ``result`` against its qrels entry (decoded): its scored record, with the run
         rollup contribution queued and the telemetry observed. ``scored_at``: its
         ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``:
         False when the caller counts the scored results itself (a batch, at once)."""
@@ -206,6 +207,7 @@ class ResultBatches:
                 telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
             entry = qrels.get(result.query_id)
             if entry is not None:
+                entry = decode_qrels_entry(entry)
                 position = SourcePosition(topic, partition, record.offset)
                 outputs.append(scoring.output(result, entry, started, position, scored_at, False))
                 scored += 1

@@ -16,6 +16,8 @@ included:
 - a **parked list** (the ``parked`` table, a query's results waiting for their
   qrels): ``[1, [item, ...]]``, items of :class:`ParkedItem`; earlier versions
   wrote ``[item, ...]``;
+- a **qrels entry** (the ``qrels`` table, :func:`encode_qrels_entry`): a dict
+  with ``"v": 1``; earlier versions wrote none, and maybe no ``others``;
 - a **seen block** (the ``rollup_seen`` table): binary, version 2; earlier
   versions wrote JSON.
 
@@ -40,12 +42,14 @@ from typing import Any, NamedTuple
 import orjson
 
 from scorer.analysis.risk_sketch import RiskSketch
+from scorer.core.metrics import Judgments
 from scorer.core.rollup import RunRollup
 from scorer.stream.limits import split_rows
 
 ROLLUP_VERSION = 1
 RUN_STATE_VERSION = 1
 PARKED_VERSION = 1
+QRELS_VERSION = 1
 
 
 class UnknownVersion(ValueError):
@@ -265,3 +269,34 @@ def parked_list_size(sizes: Sequence[int]) -> int:
     """Bytes of a parked list (the changelog value, :func:`encode_parked`) whose items
     have ``sizes``: the items, a comma between each two, and the version around them."""
     return sum(sizes) + max(0, len(sizes) - 1) + _PARKED_FRAME
+
+
+# ------------------------------------------------------------------ qrels entries
+
+
+def encode_qrels_entry(
+    judgments: Judgments, facets: Mapping[str, str] | None, fingerprint: str
+) -> dict[str, Any]:
+    """What the qrels table keeps per query: the judgments as offline scoring prepares
+    them (``Judgments.from_qrels``: relevant grades, the other judged ids, the ideal
+    DCG computed once), the golden set's facets and its fingerprint."""
+    return {
+        "v": QRELS_VERSION,
+        "grades": dict(judgments.grades),
+        "others": dict(judgments.others),
+        "idcg": judgments.ideal_dcg,
+        "facets": dict(facets or {}),
+        "fingerprint": fingerprint,
+    }
+
+
+def decode_qrels_entry(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``qrels`` table value in this version's format. An entry of an earlier
+    version (no ``"v"``) stored before ``others`` was kept has none: it scores
+    judged@k against its relevant ids only, until its golden set is published again."""
+    version = stored.get("v")
+    if version == QRELS_VERSION:
+        return stored  # type: ignore[return-value]
+    if version is not None:
+        raise UnknownVersion("qrels entry", version)
+    return {"others": {}, **stored, "v": QRELS_VERSION}

@@ -8,6 +8,7 @@ version before this one (e43c5a6) made of them."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -16,7 +17,8 @@ from faust.utils import json as faust_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import GoldenQuery
+from schemas import GoldenQuery, RetrievalResult
+from scorer.core.metrics import Judgments
 from scorer.stream import events, run_state
 from scorer.stream.run_list import run_entry
 from scorer.stream.stored import (
@@ -26,9 +28,11 @@ from scorer.stream.stored import (
     SourcePosition,
     UnknownVersion,
     decode_parked,
+    decode_qrels_entry,
     decode_rollup_record,
     decode_run_state,
     encode_parked,
+    encode_qrels_entry,
     encode_rollup_records,
     new_run_state,
     rollup_row,
@@ -383,3 +387,63 @@ def test_a_parked_list_of_an_unknown_format_is_refused() -> None:
         decode_parked([2, [["r1", 1.0, "{}", 0]]])
     with pytest.raises(UnknownVersion, match="parked item of no known format: list of 3 items"):
         decode_parked([["r1", 1.0, "{}"]])  # no parked table ever held these
+
+
+# ------------------------------------------------------------------ qrels entries
+
+OLD_QRELS = {
+    # f461a0c: before the other judged ids were kept.
+    "before others": b'{"grades":{"d1":3,"d2":1},"idcg":7.630929753571458,"facets":{"type":"faq"},'
+    b'"fingerprint":"c2dde8c87db78438"}',
+    # e43c5a6: untagged.
+    "untagged": b'{"grades":{"d1":3,"d2":1},"others":{"d3":0},"idcg":7.630929753571458,'
+    b'"facets":{"type":"faq"},"fingerprint":"c2dde8c87db78438"}',
+}
+JUDGED_AT_K = {"before others": 1 / 3, "untagged": 2 / 3}
+"""judged@3 of the result below as e43c5a6 scored it: an entry without ``others`` counts
+its relevant ids only."""
+GOLDEN = GoldenQuery(query_id="q1", qrels={"d1": 3, "d2": 1, "d3": 0}, facets={"type": "faq"})
+RESULT = RetrievalResult(
+    result_id="r1", run_id="run-a", query_id="q1", ranked=["d3", "d1", "x", "d2"], k=3
+)
+
+
+@pytest.mark.parametrize("name", OLD_QRELS)
+def test_a_qrels_entry_of_an_earlier_version_scores_as_it_did(name: str) -> None:
+    old = orjson.loads(OLD_QRELS[name])
+    entry = decode_qrels_entry(old)
+    assert entry == {"others": {}, **old, "v": 1}
+    scored = orjson.loads(events.score_result(RESULT, entry, 10, "t").payload)
+    assert scored["retrievalMetrics"] == {
+        "recallAtK": 0.5,
+        "precisionAtK": 1 / 3,
+        "ndcgAt10": 0.6352023920551748,
+        "mrr": 0.5,
+        "hitAtK": 1,
+    }
+    assert scored["judgmentMetrics"] == {"judgedAtK": JUDGED_AT_K[name], "candidateNdcgAt10": 1.0}
+    assert (scored["facets"], scored["qrelsFingerprint"]) == ({"type": "faq"}, "c2dde8c87db78438")
+
+
+def test_a_qrels_entry_of_an_earlier_version_in_the_table_scores_results() -> None:
+    pipeline = Pipeline()
+    pipeline.tables["qrels"].data["q1"] = orjson.loads(OLD_QRELS["before others"])
+    pipeline.feed([RESULT])
+    [scored] = pipeline.scored()
+    assert scored["judgmentMetrics"]["judgedAtK"] == 1 / 3
+
+
+def test_a_qrels_entry_of_this_version_round_trips() -> None:
+    entry = events.golden_entry(GOLDEN)
+    assert entry["v"] == 1 and decode_qrels_entry(entry) is entry
+    replayed = changelog(entry)
+    assert decode_qrels_entry(replayed) == entry
+    assert events.judgments_of(decode_qrels_entry(replayed)) == Judgments.from_qrels(GOLDEN.qrels)
+    judgments = Judgments.from_qrels({"d1": 2})
+    assert encode_qrels_entry(judgments, None, "ff")["facets"] == {}
+    assert math.isclose(encode_qrels_entry(judgments, None, "ff")["idcg"], 3.0)
+
+
+def test_a_qrels_entry_of_an_unknown_format_is_refused() -> None:
+    with pytest.raises(UnknownVersion, match="qrels entry of unknown version 2"):
+        decode_qrels_entry({**events.golden_entry(GOLDEN), "v": 2})
