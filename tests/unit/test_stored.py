@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from schemas import GoldenQuery, RetrievalResult
 from scorer.core.metrics import Judgments
-from scorer.stream import events, run_state
+from scorer.stream import events, run_state, seen
 from scorer.stream.run_list import run_entry
 from scorer.stream.stored import (
     ROW_RESULT_ID,
@@ -447,3 +447,17 @@ def test_a_qrels_entry_of_this_version_round_trips() -> None:
 def test_a_qrels_entry_of_an_unknown_format_is_refused() -> None:
     with pytest.raises(UnknownVersion, match="qrels entry of unknown version 2"):
         decode_qrels_entry({**events.golden_entry(GOLDEN), "v": 2})
+
+
+# ------------------------------------------------------------------ seen blocks
+
+
+def test_a_seen_block_of_an_unknown_version_is_refused_by_name() -> None:
+    entries = {"run\x1fr1": run_state.SeenEntry("results/0", 1, 0, 10.0, 0)}
+    block = seen.encode_block(10.0, 0, entries)
+    later = bytes([3]) + block[1:]
+    with pytest.raises(UnknownVersion, match="rollup_seen block of unknown version 3"):
+        seen.decode_block("k", later)
+    with pytest.raises(UnknownVersion, match="rollup_seen block of unknown version 3"):
+        seen.Block(later)
+    assert seen.decode_block("k", block) is block
