@@ -31,7 +31,8 @@ from scorer.analysis.risk_sketch import RiskSketch  # noqa: E402
 from scorer.analysis.synthetic import predictive_results  # noqa: E402
 from scorer.core.metrics import MetricValues, retrieval_metrics  # noqa: E402
 from scorer.kafka.demo import RUNS, DemoTraffic  # noqa: E402
-from scorer.stream.run_state import Contribution, RunBatch, SourcePosition  # noqa: E402
+from scorer.stream.run_state import RunBatch  # noqa: E402
+from scorer.stream.stored import RollupRow  # noqa: E402
 
 
 def demo_results(count: int) -> dict[str, list[tuple[float | None, MetricValues, str, str]]]:
@@ -73,15 +74,18 @@ def run_state_bytes(rows) -> tuple[int, int, int]:
     batch = RunBatch(states.get, lambda key: None, max_queries=10_000)
     facets = ("factoid", "list", "comparison")
     for offset, (confidence, values, result_id, query_id) in enumerate(rows):
-        item = Contribution(
-            SourcePosition("results", offset % 4, offset),
+        item = RollupRow(
+            "results",
+            offset % 4,
+            offset,
+            0,
             result_id,
             query_id,
             list(values),
             {"type": facets[offset % 3], "popularity": "head"},
             confidence,
         )
-        batch.add(b"run", item)
+        batch.add_row(b"run", item)
     state = batch.finish("2026-11-30T23:59:59+00:00")[b"run"]
     return len(orjson.dumps(state)), len(orjson.dumps(state["risk"])), len(rows)
 

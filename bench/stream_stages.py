@@ -40,6 +40,11 @@ def main() -> None:
     from scorer.stream.seen import SeenIndex
     from scorer.stream.telemetry import Telemetry
 
+    try:
+        from scorer.stream import stored
+    except ImportError:  # older checkouts: records unversioned
+        stored = None
+
     payloads = Payloads.generate(5000, args.results)
     table = {}
     for raw in payloads.golden:
@@ -68,7 +73,13 @@ def main() -> None:
     def contribute() -> list:
         pending = run_state.PendingRollups()
         for i, (r, one) in enumerate(zip(results, scored, strict=True)):
-            if hasattr(pending, "add_row"):
+            if stored is not None:
+                row = stored.rollup_row(
+                    stored.SourcePosition("results", i % 4, i), r.result_id, r.query_id,
+                    list(one.values), one.facets, r.top_confidence(),
+                )  # fmt: skip
+                pending.add_row(r.run_id.encode(), row, 0.0)
+            elif hasattr(pending, "add_row"):
                 row = run_state.contribution_row(
                     "results", i % 4, i, 0, r.result_id, r.query_id,
                     list(one.values), one.facets, r.top_confidence(),
@@ -89,7 +100,10 @@ def main() -> None:
         seen = SeenIndex()
         batch = run_state.RunBatch(state.get, {}.get, 10_000, seen.get, partition=0, now=1.0)
         for _, key, value in drained:
-            if hasattr(batch, "add_row"):
+            if stored is not None:
+                for row in stored.decode_rollup_record(value):
+                    batch.add_row(key, row)
+            elif hasattr(batch, "add_row"):
                 for row in orjson.loads(value):
                     batch.add_row(key, row)
             else:

@@ -8,7 +8,7 @@ tables.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -19,6 +19,12 @@ from pydantic import ValidationError
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
 from scorer.core.metrics import Judgments, MetricValues, score
+from scorer.stream.stored import (
+    ParkedItem,
+    encode_qrels_entry,
+    parked_item_size,
+    parked_list_size,
+)
 
 DEADLETTER_HEADER_PREFIX = "x-scorer-"
 
@@ -88,30 +94,23 @@ def qrels_fingerprint(qrels: Mapping[str, int]) -> str:
 def golden_entry(golden: GoldenQuery) -> dict[str, Any]:
     """What the qrels table keeps per query: only what scoring needs, precomputed.
 
-    The judgments are prepared as offline (``Judgments.from_qrels``: relevant
-    grades, the other judged ids for judged@k, the ideal DCG computed once) and
-    stored in their JSON form; :func:`judgments_of` turns an entry back into them
-    without recomputing. An entry stored before ``others`` was kept scores judged@k
-    against its relevant ids only, until its query's golden set is published again.
+    The judgments are prepared as offline (``Judgments.from_qrels``) and stored in
+    their JSON form (``stored.encode_qrels_entry``); :func:`judgments_of` turns an
+    entry back into them without recomputing.
     """
-    judgments = Judgments.from_qrels(golden.qrels)
-    return {
-        "grades": dict(judgments.grades),
-        "others": dict(judgments.others),
-        "idcg": judgments.ideal_dcg,
-        "facets": dict(golden.facets or {}),
-        "fingerprint": qrels_fingerprint(golden.qrels),
-    }
+    return encode_qrels_entry(
+        Judgments.from_qrels(golden.qrels), golden.facets, qrels_fingerprint(golden.qrels)
+    )
 
 
 def judgments_of(entry: Mapping[str, Any]) -> Judgments:
-    """The judgments a qrels table entry holds (see :func:`golden_entry`)."""
+    """The judgments a qrels table entry holds (decoded, ``stored.decode_qrels_entry``)."""
     grades = entry["grades"]
     return Judgments(
         grades=grades,
         n_relevant=len(grades),
         ideal_dcg=entry["idcg"],
-        others=entry.get("others") or {},
+        others=entry["others"],
     )
 
 
@@ -130,7 +129,8 @@ def score_result(
     default_k: int,
     now: datetime | str | None = None,
 ) -> Scored:
-    """Score ``result`` against its query's table entry into a ScoredResult.
+    """Score ``result`` against its query's table entry (decoded,
+    ``stored.decode_qrels_entry``) into a ScoredResult.
 
     Facets of the golden set are overridden by those of the result; ``k`` is the
     result's own, else ``default_k``. ``now``: when it was scored (now if None),
@@ -174,35 +174,6 @@ def deadletter_headers(
         (f"{DEADLETTER_HEADER_PREFIX}source-partition", str(partition).encode()),
         (f"{DEADLETTER_HEADER_PREFIX}source-offset", str(offset).encode()),
     ]
-
-
-class ParkedItem(NamedTuple):
-    """A result waiting for its qrels, as the ``parked`` table keeps it (a JSON array)."""
-
-    result_id: str
-    parked_at: float
-    """Epoch seconds."""
-    raw: str
-    """The result's JSON text, as it arrived."""
-    partition: int
-    """Its input partition (the expiry command goes there)."""
-
-
-def parked_items(stored: Iterable[Sequence[Any]] | None) -> list[ParkedItem]:
-    """A query's parked list as read from the table (arrays after a changelog replay)."""
-    return [ParkedItem(*item) for item in stored or ()]
-
-
-def parked_item_size(item: ParkedItem) -> int:
-    """Bytes of ``item`` in its query's parked list as the ``parked`` table's changelog
-    carries it (a JSON array, as Faust's json codec writes it: orjson, UTF-8)."""
-    return len(orjson.dumps(list(item)))
-
-
-def parked_list_size(sizes: Sequence[int]) -> int:
-    """Bytes of a parked list (the changelog value) whose items have ``sizes``: the
-    items, a comma between each two, and the brackets."""
-    return sum(sizes) + max(0, len(sizes) - 1) + 2
 
 
 def _size_bound(item: ParkedItem) -> int:

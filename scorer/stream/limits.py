@@ -117,29 +117,36 @@ def fit_deadletter(
     return DeadLetter(key, value[:keep], headers, truncated=True)
 
 
-def split_rows(rows: Sequence[Any], key: bytes | None, max_request_size: int) -> list[bytes]:
-    """``rows`` as JSON arrays, in order, each record (under ``key``, no headers) of
-    at most ``max_request_size - SIZE_MARGIN`` bytes (:func:`record_size`): one
-    array when all fit, else as few as filling each in turn makes.
+def split_rows(
+    rows: Sequence[Any],
+    key: bytes | None,
+    max_request_size: int,
+    head: bytes = b"",
+    tail: bytes = b"",
+) -> list[bytes]:
+    """``rows`` as JSON arrays between ``head`` and ``tail`` (a record's framing, e.g.
+    its version), in order, each record (under ``key``, no headers) of at most
+    ``max_request_size - SIZE_MARGIN`` bytes (:func:`record_size`): one array when
+    all fit, else as few as filling each in turn makes. Rows may be named tuples.
 
     A single row too large for a record of its own raises ``ValueError`` (the
     schema's bounds keep a scored result's row to tens of kilobytes)."""
     budget = max_request_size - SIZE_MARGIN
-    whole = orjson.dumps(rows)
+    whole = head + orjson.dumps(rows, default=list) + tail
     if record_size(key, whole, []) <= budget:
         return [whole]
     # The fixed part of a record: key, empty headers, the value's length prefix at
-    # its largest (5 bytes covers any value under 2**31 bytes); then the array's
-    # brackets and a comma per row.
-    fixed = record_size(key, b"", []) - 1 + 5
+    # its largest (5 bytes covers any value under 2**31 bytes), the framing; then
+    # the array's brackets and a comma per row.
+    fixed = record_size(key, b"", []) - 1 + 5 + len(head) + len(tail)
     records: list[bytes] = []
     current: list[bytes] = []
     size = fixed + 2
     for row in rows:
-        encoded = orjson.dumps(row)
+        encoded = orjson.dumps(row, default=list)
         added = len(encoded) + (1 if current else 0)
         if current and size + added > budget:
-            records.append(b"[" + b",".join(current) + b"]")
+            records.append(head + b"[" + b",".join(current) + b"]" + tail)
             current, size, added = [], fixed + 2, len(encoded)
         if size + added > budget:
             raise ValueError(
@@ -148,5 +155,5 @@ def split_rows(rows: Sequence[Any], key: bytes | None, max_request_size: int) ->
             )
         current.append(encoded)
         size += added
-    records.append(b"[" + b",".join(current) + b"]")
+    records.append(head + b"[" + b",".join(current) + b"]" + tail)
     return records

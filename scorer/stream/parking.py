@@ -15,6 +15,7 @@ from typing import Any
 
 from scorer.stream import events
 from scorer.stream.parts import StreamParts
+from scorer.stream.stored import decode_parked, encode_parked
 
 
 def register(parts: StreamParts) -> None:
@@ -30,14 +31,14 @@ def register(parts: StreamParts) -> None:
             if query_id in parts.releasing:
                 continue  # its qrels came: the qrels agent is scoring its results
             keep, expired = events.split_expired(
-                events.parked_items(parked_table.get(query_id)),
+                decode_parked(parked_table.get(query_id)),
                 time.time(),
                 settings.parking_ttl_seconds,
             )
             if not expired:
                 continue
             if keep:
-                parked_table[query_id] = keep
+                parked_table[query_id] = encode_parked(keep)
             else:
                 parked_table.pop(query_id, None)
             telemetry.parked.set(parts.parked.add(-len(expired)))
@@ -57,7 +58,7 @@ def register(parts: StreamParts) -> None:
         # are theirs to count and expire.
         owned = parts.edge.owned_partitions(settings.results_topic)
         for query_id, stored in list(parked_table.items()):
-            items = events.parked_items(stored)
+            items = decode_parked(stored)
             if not items or items[0].partition not in owned:
                 continue
             total += len(items)

@@ -12,10 +12,11 @@ from typing import Any
 
 import orjson
 
-from scorer.stream import events, limits, run_state
+from scorer.stream import events, limits
 from scorer.stream.outputs import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.results import Scoring
+from scorer.stream.stored import ParkedItem, SourcePosition, decode_parked
 
 
 def check_entry_fits(key: bytes | None, entry: dict[str, Any], max_request_size: int) -> None:
@@ -69,7 +70,7 @@ def register(parts: StreamParts) -> None:
                 continue
             qrels_table[golden.query_id] = entry
             telemetry.qrels.labels("stored").inc()
-            waiting = events.parked_items(parked_table.get(golden.query_id))
+            waiting = decode_parked(parked_table.get(golden.query_id))
             if not waiting:
                 continue
             source = (message.topic, message.partition, message.offset)
@@ -96,7 +97,7 @@ def register(parts: StreamParts) -> None:
 
 def release(
     scoring: Scoring,
-    waiting: list[events.ParkedItem],
+    waiting: list[ParkedItem],
     entry: dict[str, Any],
     topic: str,
     partition: int,
@@ -111,7 +112,7 @@ def release(
             events.decode_result(item.raw.encode()),
             entry,
             started,
-            run_state.SourcePosition(topic, partition, offset, seq),
+            SourcePosition(topic, partition, offset, seq),
         )
         for seq, item in enumerate(waiting)
     ]

@@ -20,6 +20,14 @@ from scorer.settings import Settings
 from scorer.stream import events, limits, run_state
 from scorer.stream.outputs import Output, Source, TableWriter
 from scorer.stream.placement import Misplaced
+from scorer.stream.stored import (
+    ParkedItem,
+    SourcePosition,
+    decode_parked,
+    decode_qrels_entry,
+    encode_parked,
+    rollup_row,
+)
 from scorer.stream.telemetry import Telemetry
 
 
@@ -62,11 +70,11 @@ class Scoring:
         result: RetrievalResult,
         entry: dict[str, Any],
         started: float,
-        position: run_state.SourcePosition,
+        position: SourcePosition,
         scored_at: str | None = None,
         counted: bool = True,
     ) -> Output:
-        """Score ``result`` against its qrels entry: its scored record, with the run
+        """Score ``result`` against its qrels entry (decoded): its scored record, with the run
         rollup contribution queued and the telemetry observed. ``scored_at``: its
         ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``:
         False when the caller counts the scored results itself (a batch, at once)."""
@@ -75,11 +83,8 @@ class Scoring:
         confidence = result.top_confidence()
         self.pending.add_row(
             result.run_id.encode(),
-            run_state.contribution_row(
-                position.topic,
-                position.partition,
-                position.offset,
-                position.seq,
+            rollup_row(
+                position,
                 result.result_id,
                 result.query_id,
                 list(scored.values),
@@ -177,7 +182,7 @@ class ResultBatches:
         scored_at = datetime.fromtimestamp(now, UTC).isoformat()
         scored = 0
         outputs: list[Output] = []
-        parked: dict[str, list[events.ParkedItem]] = {}
+        parked: dict[str, list[ParkedItem]] = {}
         telemetry.result_inputs.inc(len(records))
         misplaced = self.misplaced
         topic, partition = tp.topic, tp.partition
@@ -202,7 +207,8 @@ class ResultBatches:
                 telemetry.age.observe(max(0.0, now - record.timestamp / 1000.0))
             entry = qrels.get(result.query_id)
             if entry is not None:
-                position = run_state.SourcePosition(topic, partition, record.offset)
+                entry = decode_qrels_entry(entry)
+                position = SourcePosition(topic, partition, record.offset)
                 outputs.append(scoring.output(result, entry, started, position, scored_at, False))
                 scored += 1
                 continue
@@ -210,7 +216,7 @@ class ResultBatches:
         if scored:
             telemetry.scored.inc(scored)
         for query_id, items in parked.items():
-            self.parked_out.set(query_id, items, partition, outputs)
+            self.parked_out.set(query_id, encode_parked(items), partition, outputs)
         outputs.extend(scoring.rollup_outputs())
         return outputs
 
@@ -220,7 +226,7 @@ class ResultBatches:
         raw: bytes,
         partition: int,
         now: float,
-        parked: dict[str, list[events.ParkedItem]],
+        parked: dict[str, list[ParkedItem]],
     ) -> None:
         """Park a result whose qrels have not arrived (into ``parked``, written to the
         table once per query at the end of the batch)."""
@@ -232,7 +238,7 @@ class ResultBatches:
         query_id = result.query_id
         current = parked.get(query_id)
         if current is None:
-            current = events.parked_items(self.parked_out.get(query_id))
+            current = decode_parked(self.parked_out.get(query_id))
         decision = events.park(
             current, raw, result.result_id, now, settings.parking_max_per_query, partition,
             settings.parking_max_bytes_per_query,

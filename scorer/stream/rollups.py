@@ -19,13 +19,12 @@ from collections.abc import Callable, Container, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from scorer.settings import Settings
 from scorer.stream import limits, run_state
 from scorer.stream.outputs import Output, TableWriter
 from scorer.stream.parts import StreamParts
 from scorer.stream.seen import SeenIndex, split_entries
+from scorer.stream.stored import ROW_RESULT_ID, decode_rollup_record
 from scorer.stream.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
@@ -123,7 +122,7 @@ class RollupFold:
                 self._next_sweep[partition] = now + period
                 for key in window.expired(partition, now - dedupe):
                     self.seen_out.delete(key, partition, outputs)
-        decoded = [(record.key, orjson.loads(record.value)) for record in records]
+        decoded = [(record.key, decode_rollup_record(record.value)) for record in records]
         if len(self._decoded) > self.MAX_DECODED:
             self._decoded.clear()
         load_seen = None
@@ -131,7 +130,7 @@ class RollupFold:
             # Every row's earlier entry looked up at once (nearly all are new ids).
             query_key = run_state.query_key
             load_seen = window.get_many(
-                query_key(key.decode(), row[4]) for key, rows in decoded for row in rows
+                query_key(key.decode(), row[ROW_RESULT_ID]) for key, rows in decoded for row in rows
             ).get
         batch = run_state.RunBatch(
             self.rollups_out.get,

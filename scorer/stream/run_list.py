@@ -69,12 +69,13 @@ JUDGED_WARN_MIN_COUNT = 20
 
 
 def run_entry(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
-    """One run of the list from its state in the ``rollups`` table: its count, last
-    update, the headline metrics' means with their 95% intervals (as the run's
-    ``/metrics`` document gives them), and what a reader should be warned of."""
+    """One run of the list from its state in the ``rollups`` table (decoded,
+    ``stored.decode_run_state``): its count, last update, the headline metrics'
+    means with their 95% intervals (as the run's ``/metrics`` document gives them),
+    and what a reader should be warned of."""
     overall = MetricAggregate.from_state(state["rollup"]["overall"])
     means, intervals = overall.means(), overall.ci95()
-    changed = state.get("changedQrels", 0)
+    changed = state["changedQrels"]
     return {
         "runId": run_id,
         "count": overall.count,

@@ -22,6 +22,9 @@ counts exact under at-least-once delivery:
   not block the recount.
 - per-query scores, for paired comparisons, are folded the same way and are
   bounded: at most ``max_queries`` distinct queries per run are tracked.
+
+The rows (``stored.RollupRow``) and the run states are written and read back,
+earlier formats included, by ``scorer.stream.stored``.
 """
 
 from __future__ import annotations
@@ -31,90 +34,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
 from scorer.analysis.risk_sketch import RiskSketch
 from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
 from scorer.core.metrics import MetricValues
 from scorer.core.rollup import RunRollup
-from scorer.stream.limits import split_rows
-
-
-class SourcePosition(NamedTuple):
-    """Where a scored record came from: the input event that produced it, and its
-    index among the records that event produced (a qrels event can release several
-    parked results). Ordered as its fields are (one is made per scored result: a
-    tuple is cheaper to make than a frozen dataclass)."""
-
-    topic: str
-    partition: int
-    offset: int
-    seq: int = 0
-
-    @property
-    def stream(self) -> str:
-        return f"{self.topic}/{self.partition}"
-
-
-@dataclass(frozen=True, slots=True)
-class Contribution:
-    """What one scored result adds to its run's rollup."""
-
-    position: SourcePosition
-    result_id: str
-    query_id: str
-    values: list[float]
-    """Every measure, in ``scorer.core.measures.METRIC_NAMES`` order."""
-    facets: dict[str, str]
-    confidence: float | None = None
-    """The result's confidence for risk–coverage (``RetrievalResult.top_confidence``)."""
-    fingerprint: str | None = None
-    """The fingerprint of the qrels it was scored against (``events.qrels_fingerprint``)."""
-
-    def to_wire(self) -> list[Any]:
-        """The contribution's row on the rollup topic (what :func:`contribution_row` makes)."""
-        p = self.position
-        return contribution_row(
-            p.topic, p.partition, p.offset, p.seq,
-            self.result_id, self.query_id, self.values, self.facets, self.confidence,
-            self.fingerprint,
-        )  # fmt: skip
-
-    @classmethod
-    def from_wire(cls, item: list[Any]) -> Contribution:
-        """Ten items; nine (written before the fingerprint was) decode without it, eight
-        (before the confidence) without either."""
-        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = item
-        confidence = rest[0] if rest else None
-        fingerprint = rest[1] if len(rest) > 1 else None
-        return cls(SourcePosition(topic, partition, offset, seq), result_id, query_id,
-                   values, facets, confidence, fingerprint)  # fmt: skip
-
-
-def contribution_row(
-    topic: str,
-    partition: int,
-    offset: int,
-    seq: int,
-    result_id: str,
-    query_id: str,
-    values: list[float],
-    facets: dict[str, str],
-    confidence: float | None,
-    fingerprint: str | None = None,
-) -> list[Any]:
-    """One contribution as the rollup topic carries it (a JSON array of ten, nine
-    without a qrels fingerprint): the batch path builds and folds these rows
-    directly, without a :class:`Contribution` per result."""
-    row = [topic, partition, offset, seq, result_id, query_id, values, facets, confidence]
-    if fingerprint is not None:
-        row.append(fingerprint)
-    return row
-
-
-def decode_contributions(raw: bytes) -> list[Contribution]:
-    """The contributions of one rollup-topic record (a JSON array, input order)."""
-    return [Contribution.from_wire(item) for item in orjson.loads(raw)]
+from scorer.stream.stored import (
+    SourcePosition,
+    decode_run_state,
+    encode_rollup_records,
+    new_run_state,
+)
 
 
 class SeenEntry(NamedTuple):
@@ -143,13 +72,11 @@ class PendingRollups:
     size: int = 0
     since: float = 0.0
     """When the oldest pending contribution was added (``now`` of :meth:`add`)."""
-    _groups: dict[tuple[str, int, bytes], list[list[Any]]] = field(default_factory=dict)
+    _groups: dict[tuple[str, int, bytes], list[Sequence[Any]]] = field(default_factory=dict)
 
-    def add(self, run_key: bytes, item: Contribution, now: float = 0.0) -> None:
-        self.add_row(run_key, item.to_wire(), now)
-
-    def add_row(self, run_key: bytes, row: list[Any], now: float = 0.0) -> None:
-        """:meth:`add` of a contribution already in its wire form (:func:`contribution_row`)."""
+    def add_row(self, run_key: bytes, row: Sequence[Any], now: float = 0.0) -> None:
+        """Queue one scored result's row of the run ``run_key`` (a ``RollupRow``, or the
+        plain tuple of ``stored.rollup_row``)."""
         if not self.size:
             self.since = now
         group = (row[0], row[1], run_key)
@@ -175,26 +102,11 @@ class PendingRollups:
         records = []
         for (_, _, run_key), rows in self._groups.items():
             source = SourcePosition(*rows[0][:4])
-            if max_request_size is None:
-                records.append((source, run_key, orjson.dumps(rows)))
-                continue
-            for value in split_rows(rows, run_key, max_request_size):
+            for value in encode_rollup_records(rows, run_key, max_request_size):
                 records.append((source, run_key, value))
         self._groups = {}
         self.size = 0
         return records
-
-
-def new_run_state() -> dict[str, Any]:
-    return {
-        "rollup": RunRollup().to_state(),
-        "risk": RiskSketch().to_state(),
-        "watermarks": {},
-        "updatedAt": None,
-        "queries": 0,
-        "history": [],
-        "changedQrels": 0,
-    }
 
 
 def _at_or_below_mark(state: Mapping[str, Any], stream: str, offset: int, seq: int) -> bool:
@@ -244,18 +156,14 @@ class RunBatch:
     _changed: set[bytes] = field(default_factory=set)
     _trend: dict[bytes, list[float]] = field(default_factory=dict)
 
-    def add(self, run_key: bytes, item: Contribution) -> bool:
-        """Fold one scored result of the run ``run_key``; False if a duplicate."""
-        return self.add_row(run_key, item.to_wire())
-
     def add_row(self, run_key: bytes, row: Sequence[Any]) -> bool:
-        """:meth:`add` of a contribution in its wire form, as the rollup topic carries
-        it (:func:`contribution_row`; eight items, from before the confidence was, fold
-        with None)."""
+        """Fold one scored result of the run ``run_key``: a row in the order of
+        ``stored.RollupRow`` (a decoded rollup record's, ``stored.decode_rollup_record``);
+        False if a duplicate."""
         state = self.runs.get(run_key)
         if state is None:
             stored = self.load_run(run_key)
-            state = stored or new_run_state()
+            state = new_run_state() if stored is None else decode_run_state(stored)
             self.runs[run_key] = state
             decoded = self.decoded
             cached = decoded.pop(run_key, None) if decoded is not None else None
@@ -263,8 +171,8 @@ class RunBatch:
                 self._rollups[run_key], self._sketches[run_key] = cached[1], cached[2]
             else:
                 self._rollups[run_key] = RunRollup.from_state(state["rollup"])
-                self._sketches[run_key] = RiskSketch.from_state(state.get("risk"))
-        topic, partition, offset, seq, result_id, query_id, values, facets, *rest = row
+                self._sketches[run_key] = RiskSketch.from_state(state["risk"])
+        topic, partition, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
         stream = f"{topic}/{partition}"
         if _at_or_below_mark(state, stream, offset, seq):
             self.duplicates += 1
@@ -290,12 +198,12 @@ class RunBatch:
             if tracked is None:
                 state["queries"] += 1
             entry = fold_query(tracked, values, self.now)
-            if len(rest) > 1:
-                changed = track_golden_set(entry, rest[1])
+            if qrels is not None:
+                changed = track_golden_set(entry, qrels)
                 if changed:
-                    state["changedQrels"] = state.get("changedQrels", 0) + changed
+                    state["changedQrels"] += changed
             self.queries[key] = entry
-        self._sketches[run_key].add(rest[0] if rest else None, MetricValues(*values))
+        self._sketches[run_key].add(confidence, MetricValues(*values))
         trend = self._trend.get(run_key)
         if trend is None:
             self._trend[run_key] = [1.0, values[NDCG_SLOT]]
@@ -318,7 +226,7 @@ class RunBatch:
             if trend is not None:
                 bucket = math.floor(self.now / self.history_seconds) * self.history_seconds
                 state["history"] = add_to_history(
-                    state.get("history"), bucket, trend[0], trend[1], self.history_buckets
+                    state["history"], bucket, trend[0], trend[1], self.history_buckets
                 )
             changed[run_key] = state
         decoded = self.decoded
@@ -347,9 +255,8 @@ def add_to_history(
 
 
 def trend_of(state: Mapping[str, Any]) -> list[list[float]]:
-    """``[[bucketStart, mean nDCG@10, count], ...]`` of a run state (empty before the
-    history was kept)."""
-    return [[start, total / count, count] for start, count, total in state.get("history") or []]
+    """``[[bucketStart, mean nDCG@10, count], ...]`` of a (decoded) run state."""
+    return [[start, total / count, count] for start, count, total in state["history"]]
 
 
 def counted_in(state: Mapping[str, Any], seen: SeenEntry) -> bool:
@@ -465,21 +372,23 @@ def values_of_row(values: Sequence[float]) -> list[float]:
 
 
 def run_document(run_id: str, state: Mapping[str, Any], max_queries: int) -> dict[str, Any]:
-    """The API's answer for one run: the ``scorer eval --format json`` shape of a run,
-    plus when it was last updated and how many queries the paired comparison tracks."""
+    """The API's answer for one run (its state decoded, ``stored.decode_run_state``):
+    the ``scorer eval --format json`` shape of a run, plus when it was last updated
+    and how many queries the paired comparison tracks."""
     document = {"runId": run_id, **RunRollup.from_state(state["rollup"]).summary()}
     document["updatedAt"] = state["updatedAt"]
     document["pairedQueries"] = {"tracked": state["queries"], "limit": max_queries}
-    document["changedQrels"] = state.get("changedQrels", 0)
+    document["changedQrels"] = state["changedQrels"]
     return document
 
 
 def risk_document(run_id: str, state: Mapping[str, Any]) -> dict[str, Any]:
-    """The API's risk–coverage answer for one run: the ``riskCoverage`` block of
-    ``scorer eval --format json`` from the run's sketch, where the exact values lie
-    (``sketch``), and when the run was last updated. A run state from before the
-    sketch existed has an empty one (its results are not in the block)."""
-    sketch = RiskSketch.from_state(state.get("risk"))
+    """The API's risk–coverage answer for one run (its state decoded): the
+    ``riskCoverage`` block of ``scorer eval --format json`` from the run's sketch,
+    where the exact values lie (``sketch``), and when the run was last updated. A run
+    state from before the sketch existed has an empty one (its results are not in the
+    block)."""
+    sketch = RiskSketch.from_state(state["risk"])
     return {
         "runId": run_id,
         **sketch.summary(),

@@ -32,9 +32,11 @@ import orjson
 import xxhash
 
 from scorer.stream.run_state import SeenEntry
+from scorer.stream.stored import UnknownVersion
 
 BLOCK_VERSION = 2
 """The first byte of a block in the binary format (a JSON block starts with ``[``)."""
+_BINARY = bytes([BLOCK_VERSION])
 
 ENTRY = np.dtype(
     [("hi", "<i8"), ("lo", "<i8"), ("offset", "<i8"), ("seq", "<u4"), ("stream", "<u2")]
@@ -107,7 +109,7 @@ class Block:
     def __init__(self, value: bytes) -> None:
         version, self.seen_at, self.partition, count = _HEADER.unpack_from(value)
         if version != BLOCK_VERSION:
-            raise ValueError(f"rollup_seen block of unknown version {version}")
+            raise UnknownVersion("rollup_seen block", version)
         position = _HEADER.size
         streams = []
         for _ in range(count):
@@ -135,11 +137,16 @@ class Block:
 def decode_block(key: str, stored: Any) -> bytes:
     """A ``rollup_seen`` record as a binary block: as it is when it is one; a block or
     per-result entry of the JSON formats of earlier versions (bytes, or as a JSON
-    table decoded it) re-encoded."""
+    table decoded it) re-encoded; a binary block of a later version refused
+    (``stored.UnknownVersion``)."""
     if isinstance(stored, (bytes, bytearray, memoryview)):
         stored = bytes(stored)
-        if stored[:1] == bytes([BLOCK_VERSION]):
+        if stored[:1] == _BINARY:
             return stored
+        if not stored:
+            raise UnknownVersion("rollup_seen block", shape="empty")
+        if stored[:1] != b"[":
+            raise UnknownVersion("rollup_seen block", stored[0])
         stored = orjson.loads(stored)
     seen_at, partition, entries = decode_json_record(key, stored)
     return encode_block(seen_at, partition, entries)

@@ -31,7 +31,7 @@ import orjson
 
 from schemas import GoldenQuery, RetrievalResult
 from scorer.settings import Settings
-from scorer.stream import events, run_state
+from scorer.stream import events, run_state, stored
 from scorer.stream.outputs import MemoryTable, Output, Source
 from scorer.stream.placement import HomePartitions, Misplaced
 from scorer.stream.qrels import release
@@ -78,7 +78,8 @@ class Pipeline:
         self.telemetry = Telemetry(settings.facet_allowlist, settings.facet_max_values)
         self.scoring = Scoring(settings, self.telemetry)
         self.parked = ParkedCount()
-        self.parked.reset(sum(len(v) for v in self.tables["parked"].data.values()))
+        parked = self.tables["parked"].data.values()
+        self.parked.reset(sum(len(stored.decode_parked(v)) for v in parked))
         self.results = ResultBatches(
             settings,
             self.telemetry,
@@ -145,7 +146,7 @@ class Pipeline:
         log.append(Record(offset, golden.query_id.encode(), golden.to_json_bytes()))
         entry = events.golden_entry(golden)
         self.tables["qrels"].data[golden.query_id] = entry
-        waiting = events.parked_items(self.tables["parked"].get(golden.query_id))
+        waiting = stored.decode_parked(self.tables["parked"].get(golden.query_id))
         outputs = release(
             self.scoring, waiting, entry, self.settings.qrels_topic, partition, offset,
             time.perf_counter(),
@@ -226,6 +227,7 @@ class Pipeline:
         state = self.tables["rollups"].get(run_id.encode())
         if state is None:
             return None
+        state = stored.decode_run_state(state)
         return run_state.run_document(run_id, state, self.settings.rollup_max_queries)
 
     def _send(self, outputs: list[Output]) -> None:

@@ -37,6 +37,7 @@ from scorer.stream.run_list import (
     run_entry,
     with_watched_pairs,
 )
+from scorer.stream.stored import decode_run_state
 
 API = "/api/v1/evals/runs"
 RECHECK_MISSING_SECONDS = 5.0
@@ -190,8 +191,8 @@ def register_views(
         run_id: str,
         document: Callable[[str, Any], Any],
     ) -> Response:
-        """``document(run_id, state)`` of the run's state, answered by the worker that
-        owns ``run_id`` (forwarded there from any other); 404 for an unknown run."""
+        """``document(run_id, state)`` of the run's state (decoded), answered by the worker
+        that owns ``run_id`` (forwarded there from any other); 404 for an unknown run."""
         problem = run_id_problem(run_id)
         if problem:
             return error(web, 400, problem)
@@ -202,7 +203,7 @@ def register_views(
         state = rollup_table.get(run_id.encode())
         if state is None:
             return error(web, 404, f"unknown run {run_id!r}")
-        return web.json(document(run_id, state))
+        return web.json(document(run_id, decode_run_state(state)))
 
     def run_scores(run_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """Per-query mean scores of a run held by this worker, and each query's first
@@ -219,7 +220,7 @@ def register_views(
     def local_runs() -> list[dict[str, Any]]:
         """The runs whose state this worker holds (its partitions and standbys)."""
         return [
-            run_entry(key.decode(), state)
+            run_entry(key.decode(), decode_run_state(state))
             for key, state in rollup_table.items()
             if state is not None
         ]

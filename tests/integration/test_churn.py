@@ -42,6 +42,7 @@ import pytest
 from scorer.kafka.launcher import broker_status, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
 from scorer.stream import run_state
+from scorer.stream.stored import decode_rollup_record
 from tests.integration.test_reliability import (
     SESSION_TIMEOUT,
     Feeder,
@@ -266,7 +267,7 @@ def rollup_forensics(settings, results: list) -> str:
         batch = run_state.RunBatch(
             states.get, lambda key: None, 10**9, load_seen=seen.get, partition=record.partition
         )
-        for row in orjson.loads(record.value):
+        for row in decode_rollup_record(record.value):
             where = (record.partition, record.offset, tuple(row[:4]))
             sent.setdefault(row[4], []).append(where)
             before = batch.duplicates

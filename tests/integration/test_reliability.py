@@ -39,7 +39,7 @@ from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
 from scorer.kafka.topics import describe_topics, ensure_topics
 from scorer.settings import Settings
-from scorer.stream import run_state
+from scorer.stream.stored import RollupRow, decode_rollup_record
 from tests.integration.test_worker import wait_for
 from tests.support.kafka import settings_for
 from tests.support.worker import Worker, free_port, read_topic, wait_all_committed
@@ -302,8 +302,8 @@ def rollup_topic_census(settings: Settings, results: list[RetrievalResult]) -> s
         records = read_topic(settings, settings.rollup_topic, lambda _: True, 30, isolation, 3.0)
         ids: dict[str, set[str]] = {}
         for record in records:
-            for item in run_state.decode_contributions(record.value):
-                ids.setdefault(record.key.decode(), set()).add(item.result_id)
+            for row in decode_rollup_record(record.value):
+                ids.setdefault(record.key.decode(), set()).add(RollupRow(*row).result_id)
         census.append((isolation, ids))
     wanted: dict[str, set[str]] = {}
     for result in results:

@@ -15,6 +15,7 @@ from schemas import GoldenQuery, RetrievalResult
 from scorer.core.metrics import retrieval_metrics
 from scorer.kafka.demo import DemoTraffic
 from scorer.stream.seen import Block
+from scorer.stream.stored import decode_parked
 from scorer.stream.testing import Pipeline, Record
 
 WIRE = ("recallAtK", "precisionAtK", "ndcgAt10", "mrr", "hitAtK")
@@ -88,7 +89,8 @@ def test_results_before_their_qrels_are_parked_then_released_and_counted_once() 
     pipeline = Pipeline()
     assert pipeline.feed(results[:40]) != []  # the parked table's writes
     assert pipeline.scored() == [] and pipeline.parked.value == 40
-    assert sum(len(items) for items in pipeline.tables["parked"].data.values()) == 40
+    parked = pipeline.tables["parked"].data.values()
+    assert sum(len(decode_parked(stored)) for stored in parked) == 40
     for query in golden:
         pipeline.judge(query)
     assert pipeline.parked.value == 0 and pipeline.tables["parked"].data == {}

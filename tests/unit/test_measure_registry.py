@@ -33,7 +33,8 @@ from scorer.core.metrics import retrieval_metrics
 from scorer.core.rollup import RunRollup
 from scorer.stream.openapi import OPENAPI
 from scorer.page import page_html
-from scorer.stream.run_state import RunBatch, contribution_row, query_means
+from scorer.stream.run_state import RunBatch, query_means
+from scorer.stream.stored import RollupRow
 from scorer.stream.telemetry import Telemetry
 from prometheus_client import generate_latest
 
@@ -42,9 +43,9 @@ telemetry = Telemetry(["type"], 10)
 telemetry.observe_scored(values, {"type": "faq"})
 exposition = generate_latest(telemetry.registry).decode()
 batch = RunBatch(load_run=lambda key: None, load_query=lambda key: None, max_queries=10)
-row = contribution_row("t", 0, 1, 0, "r1", "q1", list(values), {"type": "faq"}, None)
+row = RollupRow("t", 0, 1, 0, "r1", "q1", list(values), {"type": "faq"})
 batch.add_row(b"run", row)
-batch.add_row(b"run", contribution_row("t", 0, 2, 0, "r2", "q1", list(values)[:-1], {}, None))
+batch.add_row(b"run", RollupRow("t", 0, 2, 0, "r2", "q1", list(values)[:-1], {}))
 state = batch.finish("now")[b"run"]
 run = RunRollup.from_state(state["rollup"])
 rollup = RunRollup()

@@ -17,16 +17,29 @@ from hypothesis import strategies as st
 
 from scorer.core.metrics import METRIC_NAMES
 from scorer.stream import run_state
-from scorer.stream.run_state import Contribution, PendingRollups, RunBatch, SourcePosition
+from scorer.stream.run_state import PendingRollups, RunBatch
 from scorer.stream.seen import Block, SeenIndex, key_hash, split_entries
+from scorer.stream.stored import (
+    RollupRow,
+    SourcePosition,
+    decode_rollup_record,
+    decode_run_state,
+    encode_rollup_records,
+    new_run_state,
+)
 
-Placed = Callable[[SourcePosition], Contribution]
+Placed = Callable[[SourcePosition], RollupRow]
 
 
 def record(result_id: str, ndcg: float, query: str = "q1") -> Placed:
     """A scored result's contribution, placed at the position it is given."""
     values = [1.0, 0.5, ndcg, 1.0, 1.0]  # METRIC_NAMES order: recall, precision, ndcg, mrr, hit
-    return lambda position: Contribution(position, result_id, query, values, {"type": "faq"})
+    return lambda position: RollupRow(*position, result_id, query, values, {"type": "faq"})
+
+
+def rows_of(value: bytes) -> list[RollupRow]:
+    """The rows of a rollup record, named."""
+    return [RollupRow(*row) for row in decode_rollup_record(value)]
 
 
 class Tables:
@@ -56,7 +69,7 @@ class Tables:
     ) -> RunBatch:
         batch = self.batch(now, **kwargs)
         for make, position in records:
-            batch.add(b"run-a", make(position))
+            batch.add_row(b"run-a", make(position))
         self.queries.update(batch.queries)
         self.seen.update(batch.seen)
         # Through JSON, as the table's changelog would keep them.
@@ -112,8 +125,8 @@ def test_a_resend_from_another_input_partition_counts_once() -> None:
 def test_the_same_result_id_in_two_runs_counts_in_each() -> None:
     tables = Tables()
     batch = tables.batch()
-    assert batch.add(b"run-a", record("r1", 0.2)(at(1)))
-    assert batch.add(b"run-b", record("r1", 0.3)(at(2)))
+    assert batch.add_row(b"run-a", record("r1", 0.2)(at(1)))
+    assert batch.add_row(b"run-b", record("r1", 0.3)(at(2)))
     assert batch.resent == 0 and len(batch.seen) == 2
 
 
@@ -160,10 +173,10 @@ def test_expired_seen_entries_are_the_ones_recorded_before_the_cut() -> None:
 def test_pending_contributions_are_due_at_the_size_or_the_age_limit() -> None:
     pending = run_state.PendingRollups()
     assert not pending.due(now=100.0, max_size=2, max_seconds=0.2)  # nothing pending
-    pending.add(b"run-a", record("r1", 0.2)(at(1)), now=10.0)
+    pending.add_row(b"run-a", record("r1", 0.2)(at(1)), now=10.0)
     assert not pending.due(now=10.1, max_size=2, max_seconds=0.2)
     assert pending.due(now=10.25, max_size=2, max_seconds=0.2)
-    pending.add(b"run-a", record("r2", 0.3)(at(2)), now=10.1)
+    pending.add_row(b"run-a", record("r2", 0.3)(at(2)), now=10.1)
     assert pending.due(now=10.1, max_size=2, max_seconds=0.2)
 
 
@@ -198,13 +211,11 @@ def test_pending_contributions_go_out_one_record_per_input_partition_and_run() -
         (b"run-a", record("r4", 0.4)(at(7, partition=0, seq=2))),
     ]
     for now, (run_key, item) in enumerate(items, start=10):
-        pending.add(run_key, item, now=float(now))
+        pending.add_row(run_key, item, now=float(now))
     assert (pending.size, pending.since) == (4, 10.0)
     records = pending.drain()
     assert pending.size == 0 and pending.drain() == []
-    by_group = {
-        (source.partition, key): run_state.decode_contributions(v) for source, key, v in records
-    }
+    by_group = {(source.partition, key): rows_of(v) for source, key, v in records}
     assert set(by_group) == {(0, b"run-a"), (0, b"run-b"), (1, b"run-a")}
     # In input order within a record, and each record is sent as of its first input.
     assert [c.result_id for c in by_group[0, b"run-a"]] == ["r1", "r4"]
@@ -214,11 +225,11 @@ def test_pending_contributions_go_out_one_record_per_input_partition_and_run() -
 
 
 def test_contributions_survive_the_wire_unchanged() -> None:
-    item = Contribution(SourcePosition("qrels", 2, 41, 3), "r\u00e9", "q", [0.1] * 5, {"t": "x"})
+    item = RollupRow("qrels", 2, 41, 3, "r\u00e9", "q", [0.1] * 5, {"t": "x"}, 0.5, "ab12")
     pending = PendingRollups()
-    pending.add(b"run", item)
+    pending.add_row(b"run", item)
     [(_, _, raw)] = pending.drain()
-    assert run_state.decode_contributions(raw) == [item]
+    assert rows_of(raw) == [item]
 
 
 def test_seen_entries_expire_a_block_at_a_time_in_the_order_written() -> None:
@@ -268,19 +279,15 @@ def test_a_block_read_back_from_the_changelog_gives_the_same_entries() -> None:
     assert recovered.get("run-a\x1fr3") is None
 
 
-def test_a_contribution_carries_its_confidence_and_old_wire_records_decode_without() -> None:
-    item = Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, confidence=-0.25)
-    assert run_state.decode_contributions(orjson.dumps([item.to_wire()])) == [item]
-    # A record written before the confidence was (eight items): None.
-    old = ["results", 0, 4, 0, "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}]
-    assert run_state.decode_contributions(orjson.dumps([old])) == [
-        Contribution(at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, None)
-    ]
+def test_a_contribution_carries_its_confidence() -> None:
+    item = RollupRow(*at(4), "r1", "q", [1.0, 0.1, 0.5, 1.0, 1], {}, confidence=-0.25)
+    [value] = encode_rollup_records([item])
+    assert rows_of(value) == [item] and item.position == at(4)
 
 
 def confident(result_id: str, confidence: float | None, hit: int, ndcg: float) -> Placed:
     values = [float(hit), 0.1, ndcg, float(hit), hit]
-    return lambda position: Contribution(position, result_id, "q", values, {}, confidence)
+    return lambda position: RollupRow(*position, result_id, "q", values, {}, confidence)
 
 
 def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
@@ -311,8 +318,10 @@ def test_the_run_state_keeps_the_risk_coverage_of_each_result_once() -> None:
 def test_a_run_state_from_before_the_sketch_gets_an_empty_one() -> None:
     tables = Tables()
     tables.fold([(confident("r1", 0.5, 1, 1.0), at(0))])
-    del tables.rollups[b"run-a"]["risk"]
-    assert run_state.risk_document("run-a", tables.rollups[b"run-a"])["withConfidence"] == 0
+    # As an earlier version stored it: untagged, without the sketch.
+    del tables.rollups[b"run-a"]["risk"], tables.rollups[b"run-a"]["v"]
+    old = decode_run_state(tables.rollups[b"run-a"])
+    assert run_state.risk_document("run-a", old)["withConfidence"] == 0
     tables.fold([(confident("r2", 0.5, 0, 0.0), at(1))])
     document = run_state.risk_document("run-a", tables.rollups[b"run-a"])
     assert (document["withConfidence"], document["miss"]["aurc"]) == (1, 1.0)
@@ -334,8 +343,8 @@ def test_the_facet_cap_is_the_same_offline_and_live() -> None:
     for i in range(n):
         facets = {"type": f"t{i:03d}", "kind": "one"}
         offline.add(f"q{i}", values, facets, confidence=0.5)
-        item = Contribution(at(i), f"r{i}", f"q{i}", list(values), facets)
-        batch.add(b"run-a", item)
+        item = RollupRow(*at(i), f"r{i}", f"q{i}", list(values), facets)
+        batch.add_row(b"run-a", item)
     for key, state in batch.finish("t").items():
         tables.rollups[key] = orjson.loads(orjson.dumps(state))
     offline_facets = offline.summary()["facets"]
@@ -423,9 +432,7 @@ def test_every_result_counts_once_under_any_interleaving_of_batches_flushes_and_
                     break
                 rid = streams[p][position[p]]
                 values = [1.0, 0.5, ndcg_of(rid), 1.0, 1.0]
-                row = run_state.contribution_row(
-                    "results", p, position[p], 0, rid, "q1", values, {}, None
-                )
+                row = RollupRow("results", p, position[p], 0, rid, "q1", values, {})
                 pending.add_row(b"run-a", row)
                 position[p] += 1
         elif step == "flush":
@@ -444,7 +451,7 @@ def test_every_result_counts_once_under_any_interleaving_of_batches_flushes_and_
         size = data.draw(st.integers(1, 4))
         batch = tables.batch(dedupe=True)
         for value in topic[folded : folded + size]:
-            for row in orjson.loads(value):
+            for row in decode_rollup_record(value):
                 batch.add_row(b"run-a", row)
         tables.queries.update(batch.queries)
         tables.seen.update(batch.seen)
@@ -462,13 +469,13 @@ def test_every_result_counts_once_under_any_interleaving_of_batches_flushes_and_
     assert tables.ndcg() == pytest.approx(sum(map(ndcg_of, distinct)) / len(distinct))
 
 
-def long_contribution(offset: int) -> Contribution:
+def long_contribution(offset: int) -> RollupRow:
     """A contribution at the schema's bounds: 256-character ids, 32 facets (16 of the
     golden set, 16 of the result) of 64-character keys and 128-character values."""
     facets = {f"{i:02d}" + "k" * 62: "v" * 128 for i in range(32)}
-    return Contribution(
-        SourcePosition("retrieval.results", 1, offset), f"{offset:0256d}", "q" * 256,
-        [0.25] * 5, facets, 0.5,
+    return RollupRow(
+        "retrieval.results", 1, offset, 0, f"{offset:0256d}", "q" * 256,
+        [0.25] * 5, facets, 0.5, "f" * 16,
     )  # fmt: skip
 
 
@@ -479,8 +486,8 @@ def test_a_group_too_large_for_one_record_is_split_in_input_order_and_folds_the_
     whole, split = PendingRollups(), PendingRollups()
     items = [long_contribution(offset) for offset in range(999)]  # 500 + 499 pending at most
     for item in items:
-        whole.add(b"run-a", item)
-        split.add(b"run-a", item)
+        whole.add_row(b"run-a", item)
+        split.add_row(b"run-a", item)
     [(_, _, one)] = whole.drain()
     assert len(one) > 6_000_000  # what was sent as one record before
     records = split.drain(limit)
@@ -488,13 +495,13 @@ def test_a_group_too_large_for_one_record_is_split_in_input_order_and_folds_the_
     budget = limit - limits.SIZE_MARGIN
     assert all(limits.record_size(b"run-a", value, []) <= budget for _, _, value in records)
     assert {source for source, _, _ in records} == {items[0].position}
-    decoded = [c for _, _, value in records for c in run_state.decode_contributions(value)]
+    decoded = [row for _, _, value in records for row in rows_of(value)]
     assert decoded == items
 
     def fold(values: list[bytes]) -> dict[str, Any]:
         batch = RunBatch(lambda key: None, lambda key: None, max_queries=10)
         for value in values:
-            for row in orjson.loads(value):
+            for row in decode_rollup_record(value):
                 batch.add_row(b"run-a", row)
         return batch.finish("t")[b"run-a"]
 
@@ -505,12 +512,15 @@ def test_a_contribution_at_the_schemas_bounds_fits_the_smallest_request_size() -
     """SCORER_PRODUCER_MAX_REQUEST_SIZE is at least 65,536: any one contribution fits."""
     from scorer.stream import limits
 
-    row = long_contribution(10**12).to_wire()
-    row[5] = row[4] = "\x01" * 256  # escaped in JSON as \u0001: 6 bytes a character
-    row[7] = {f"{i:02d}" + "\x01" * 62: "\x01" * 128 for i in range(32)}
-    assert len(orjson.dumps(row)) > 39_000
-    [value] = limits.split_rows([row], b"r" * 256, 65_536)
-    assert orjson.loads(value) == [row]
+    row = long_contribution(10**12)._replace(
+        result_id="\x01" * 256,  # escaped in JSON as \u0001: 6 bytes a character
+        query_id="\x01" * 256,
+        facets={f"{i:02d}" + "\x01" * 62: "\x01" * 128 for i in range(32)},
+    )
+    assert len(orjson.dumps(row, default=list)) > 39_000
+    [value] = encode_rollup_records([row], b"r" * 256, 65_536)
+    assert limits.record_size(b"r" * 256, value, []) <= 65_536 - limits.SIZE_MARGIN
+    assert rows_of(value) == [row]
 
 
 def test_a_batchs_seen_entries_are_stored_in_blocks_that_fit_a_record() -> None:
@@ -575,16 +585,13 @@ def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
         fold([(record(f"late{n}", 1.0), at(10 + n))], now=now)
     trend = run_state.trend_of(tables.rollups[b"run-a"])
     assert [start for start, _, _ in trend] == [1200.0, 1260.0, 1380.0]  # the newest 3
-    assert run_state.trend_of(run_state.new_run_state()) == []
-    assert run_state.trend_of({"rollup": {}}) == []  # a state from before the history
+    assert run_state.trend_of(new_run_state()) == []
 
 
 def test_a_run_counts_the_results_scored_against_qrels_that_have_since_changed() -> None:
-    import dataclasses
-
     def judged(result_id: str, fingerprint: str, query: str = "q1") -> Placed:
         placed = record(result_id, 0.5, query)
-        return lambda position: dataclasses.replace(placed(position), fingerprint=fingerprint)
+        return lambda position: placed(position)._replace(fingerprint=fingerprint)
 
     a, b = "a1b2c3d4e5f60718", "ffee00112233aabb"
     tables = Tables()
@@ -601,10 +608,9 @@ def test_a_run_counts_the_results_scored_against_qrels_that_have_since_changed()
     assert entry[0] == 6.0 and run_state.query_means(entry)[2] == 0.5
     assert run_state.query_first(entry)[1:6] == [1.0, 0.5, 0.5, 1.0, 1.0]
     assert run_state.run_document("run-a", tables.rollups[b"run-a"], 100)["changedQrels"] == 5
-    # Wire rows keep the fingerprint; those written before it decode without one.
-    row = judged("r9", a)(at(9)).to_wire()
-    assert len(row) == 10 and Contribution.from_wire(row).fingerprint == a
-    assert Contribution.from_wire(row[:9]).fingerprint is None
+    # Rows keep the fingerprint through the wire.
+    row = judged("r9", a)(at(9))
+    assert rows_of(encode_rollup_records([row])[0])[0].fingerprint == a
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -631,14 +637,14 @@ def test_runs_kept_decoded_between_batches_fold_exactly_as_runs_decoded_afresh(s
             run = f"run-{rng.randrange(5)}".encode()
             values = [rng.random() for _ in METRIC_NAMES]
             facets = {"type": f"t{rng.randrange(4)}", "popularity": rng.choice(["head", "tail"])}
-            item = Contribution(
-                position, f"r{position.offset}", f"q{rng.randrange(9)}", values, facets
+            item = RollupRow(
+                *position, f"r{position.offset}", f"q{rng.randrange(9)}", values, facets
             )
             rows.append((run, item))
         a = RunBatch(cached_table.get, queries_a.get, 100, decoded=decoded, now=1.0)
         b = RunBatch(json_table.get, queries_b.get, 100, now=1.0)
         for run, item in rows:
-            assert a.add(run, item) == b.add(run, item)
+            assert a.add_row(run, item) == b.add_row(run, item)
         queries_a.update(a.queries)
         queries_b.update(b.queries)
         cached_table.update(a.finish("t"))
