@@ -65,6 +65,9 @@ from scorer.settings import Settings  # noqa: E402
 from scorer.stream.process import Worker, free_port  # noqa: E402
 
 PIPELINES = ("pipe", "pipe-eos", "faust", "scorer", "scorer-eos")
+EXTRA = ("pipe-eos-pp",)
+"""Run only when named with ``--only``: ``pipe-eos`` with a transactional producer per
+input partition, as Faust's exactly_once has (``bench/stream_pipe.py``)."""
 BASELINE = "scorer-base"
 """With ``--baseline DIR``: the at-least-once scorer of another checkout, beside this one."""
 SCORERS = ("scorer", "scorer-eos")
@@ -180,12 +183,16 @@ class Pipeline:
     """``start`` returns once the process is ready to consume (scorer workers)."""
 
 
-def pipe_pipeline(bootstrap: str, workdir: Path, exactly_once: bool = False) -> Pipeline:
+def pipe_pipeline(
+    bootstrap: str, workdir: Path, exactly_once: bool = False, per_partition: bool = False
+) -> Pipeline:
     process: list[subprocess.Popen[bytes]] = []
-    name = "pipe-eos" if exactly_once else "pipe"
+    name = ("pipe-eos-pp" if per_partition else "pipe-eos") if exactly_once else "pipe"
     group = f"bench-{name}-{os.getpid()}"
     source, sink = f"bench.{name}.in", f"bench.{name}.out"
     mode = ["--exactly-once"] if exactly_once else []
+    if per_partition:
+        mode.append("--per-partition")
 
     def start() -> int:
         log = (workdir / f"{name}.log").open("ab")
@@ -750,7 +757,10 @@ def main() -> None:
         help="offered loads in events/s (default: 25/50/75%% of pipe)",
     )
     parser.add_argument(
-        "--only", choices=(*PIPELINES, BASELINE), action="append", help="run only these"
+        "--only",
+        choices=(*PIPELINES, *EXTRA, BASELINE),
+        action="append",
+        help="run only these (pipe-eos-pp only when named)",
     )
     parser.add_argument(
         "--baseline",
@@ -776,7 +786,8 @@ def main() -> None:
     events = args.events or (3_000 if args.quick else 30_000)
     reps = args.reps or (2 if args.quick else 3)
     seconds = args.seconds or (3.0 if args.quick else 8.0)
-    names = (*PIPELINES, BASELINE) if args.baseline else PIPELINES
+    extra = tuple(name for name in EXTRA if name in (args.only or ()))
+    names = (*PIPELINES, *extra, BASELINE) if args.baseline else (*PIPELINES, *extra)
     only = args.only or list(names)
     if args.baseline and BASELINE not in only:
         only.append(BASELINE)
@@ -808,7 +819,7 @@ def main() -> None:
                 args.partitions,
                 [
                     f"bench.{name}.{end}"
-                    for name in ("pipe", "pipe-eos", "forward")
+                    for name in ("pipe", "pipe-eos", "pipe-eos-pp", "forward")
                     for end in ("in", "out")
                 ],
             )
@@ -818,6 +829,9 @@ def main() -> None:
         pipelines = {
             "pipe": pipe_pipeline(info.bootstrap, state_dir),
             "pipe-eos": pipe_pipeline(info.bootstrap, state_dir, exactly_once=True),
+            "pipe-eos-pp": pipe_pipeline(
+                info.bootstrap, state_dir, exactly_once=True, per_partition=True
+            ),
             "faust": faust_pipeline(
                 info.bootstrap,
                 state_dir,
