@@ -11,12 +11,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from scorer.kafka.topics import describe_topics
 from scorer.settings import Settings
-from scorer.stream.process import SCORER, Worker, WorkerNotReady, free_port, worker_env
+from scorer.stream.process import SCORER, Worker, free_port, worker_env
 
 __all__ = [
     "SCORER",
     "Worker",
-    "WorkerNotReady",
     "consume",
     "free_port",
     "read_topic",

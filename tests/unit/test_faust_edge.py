@@ -1060,7 +1060,7 @@ def test_no_attribute_the_edge_gives_the_consumer_shadows_one_of_faust_or_mode()
         for cls in (GuardedConsumer, HoldsInputsUntilSeeked, CommitsOnceAtStop)
         for name in vars(cls).get("__annotations__", {})
     }
-    assert {"edge", "ledger", "gate", "graceful_stop", "recovery"} <= ours
+    assert {"ledger", "batch_handlers", "gate", "graceful_stop", "recovery"} <= ours
     assert sorted(name for name in ours if hasattr(FaustConsumer, name)) == []
     thread = set(vars(GuardedConsumerThread).get("__annotations__", {})) | {
         "fetch_max_wait_ms",

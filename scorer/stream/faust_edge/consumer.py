@@ -40,7 +40,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from time import monotonic
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import ConsumerStoppedError, CorruptRecordException, UnsupportedCodecError
@@ -61,9 +61,6 @@ from scorer.stream.faust_edge.stopping import CommitsOnceAtStop, GracefulStop
 from scorer.stream.faust_edge.transactions import from_start_when_unknown, log_seeks
 from scorer.stream.faust_edge.wiring import edge_of
 from scorer.stream.outputs import Output
-
-if TYPE_CHECKING:
-    from scorer.stream.faust_edge import Edge
 
 logger = logging.getLogger(__name__)
 
@@ -455,9 +452,8 @@ class GuardedConsumerThread(AIOKafkaConsumerThread):
 class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsumer):
     """Faust's aiokafka consumer with the start-up guards (see the module docstring)."""
 
-    edge: Edge
-    """The edge installed on the app (``faust_edge.install``): everything below is
-    read from it when Faust builds the consumer (:meth:`__init__`)."""
+    # What follows is read from the edge installed on the app (``faust_edge.install``)
+    # when Faust builds the consumer (:meth:`__init__`).
     ledger: InputLedger
     batch_handlers: dict[str, BatchHandler]
     """Topic name -> the handler of its fetched batches (``faust_edge.Edge.route``)."""
@@ -500,7 +496,6 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         before its first rebalance."""
         super().__init__(transport, *args, **kwargs)
         edge = edge_of(self.app)
-        self.edge = edge
         self.ledger = edge.ledger
         self.batch_handlers = edge.batch_handlers
         self.background_topics = edge.background_topics
