@@ -34,12 +34,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from scorer.analysis.compare import paired
+from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.core.measures import METRIC_NAMES
 from scorer.core.stats import holm, student_t_sf
 
-DEFAULT_PERMUTATIONS = 10_000
-DEFAULT_SEED = 20_241_130
-DEFAULT_ALPHA = 0.05
 TESTS = ("tTest", "randomization")
 _PERMUTATIONS_PER_BLOCK = 512
 """Sign rows multiplied at once by numpy: bounds memory at 512 x queries doubles."""

@@ -1,5 +1,5 @@
 """``python -m scorer.cli``: the same as the ``scorer`` command."""
 
-from scorer.cli import main
+from scorer.cli.entry import main
 
 main()

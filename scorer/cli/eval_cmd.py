@@ -1,151 +1,72 @@
 """``scorer eval QRELS RUN [RUN ...]``: score run files offline, with the numbers of
 trec_eval, and compare several runs with paired significance tests.
 
-Exit codes: 0 scored; 2 a bad input (the message on stderr is one line,
-``file:line: what is wrong``).
-
-Start-up matters here (issue 14: a tuning loop runs this hundreds of times):
-only click and orjson are imported up front; rich when a progress bar is
-drawn, pyarrow when a file is large enough for the columnar reader, pydantic
-for JSONL, numpy for a large comparison's randomization test. scipy never.
+The click command, built from the options declared in
+:mod:`scorer.cli.eval_options`; what it does is :func:`scorer.cli.eval_run.run_eval`.
+The ``scorer`` entry point reads a plain command line without click
+(:mod:`scorer.cli.entry`); this command answers the rest (help, errors, every
+spelling click takes), and serves ``CliRunner`` and ``python -m scorer.cli``.
 """
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
-from scorer.analysis.risk_coverage import LOSSES
-from scorer.analysis.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
-from scorer.core.measures import MEASURES, METRIC_NAMES
-from scorer.io import Golden, InputError, file_size, read_golden
-from scorer.io import Progress as ProgressCallback
-from scorer.io.detect import gc_paused
-from scorer.io.runs import COLUMNAR_MIN_BYTES
-from scorer.offline.evaluation import (
-    Evaluation,
-    as_document,
-    combine,
-    evaluate_run_file_cutoffs,
-)
-
-DEFAULT_K = 10
-"""The streaming scorer's default cutoff (``Settings.default_retrieval_k``; a unit
-test keeps them equal), written here so that start-up does not import settings."""
-
-MAX_K = 1000
-"""``schemas.events.MAX_K`` (a unit test keeps them equal), written here so that
-start-up does not import pydantic."""
-
-PROGRESS_MIN_BYTES = 16 << 20
-"""Run files smaller than this are scored before a progress bar would be seen."""
-
-STDIN = "-"
-STDIN_NAME = "<stdin>"
-"""How a run read from standard input is named in messages."""
+from scorer.cli.eval_options import MAX_PERMUTATIONS, OPTIONS, STDIN, Option, reader
 
 
-class Cutoffs(click.ParamType):
-    """``10`` or ``10,100,1000``: distinct cutoffs in 1..MAX_K, in the order given."""
+class _Read(click.ParamType):
+    """A value read by :func:`scorer.cli.eval_options.reader` (the quick parser reads
+    through the same function), its ValueError a usage error."""
 
-    name = "k[,k...]"
+    def __init__(self, option: Option, name: str) -> None:
+        self.read = reader(option)
+        self.name = name
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
+        if not isinstance(value, str):
             return value
-        cutoffs: list[int] = []
-        for part in str(value).split(","):
-            try:
-                k = int(part)
-            except ValueError:
-                self.fail(f"{part!r} is not an integer (give e.g. 10 or 10,100,1000)", param, ctx)
-            if not 1 <= k <= MAX_K:
-                self.fail(f"{k} is not in 1..{MAX_K}", param, ctx)
-            if k in cutoffs:
-                self.fail(f"{k} is given twice", param, ctx)
-            cutoffs.append(k)
-        return cutoffs
+        try:
+            return self.read(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
 
 
-@click.command("eval")
-@click.argument("qrels", type=click.Path(path_type=Path))
-@click.argument("runs", nargs=-1, required=True, metavar="RUN [RUN ...]")
-@click.option(
-    "--k",
-    "ks",
-    type=Cutoffs(),
-    default=str(DEFAULT_K),
-    show_default=True,
-    help="Cutoff(s) of recall, precision and hit, e.g. 10,100,1000 (a JSONL result's "
-    "own k wins). nDCG is @10, MRR uncut.",
-)
-@click.option(
-    "-c",
-    "--complete",
-    is_flag=True,
-    help="Score judged queries missing from a run as zeros (trec_eval -c).",
-)
-@click.option(
-    "-q",
-    "--per-query",
-    is_flag=True,
-    help="Also print the metrics of every ranking (trec_eval -q).",
-)
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-)
-@click.option(
-    "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=DEFAULT_ALPHA,
-    show_default=True,
-    help="Significance level of the comparisons with the first run (Holm-corrected p < alpha).",
-)
-@click.option(
-    "--permutations",
-    type=click.IntRange(1, 10_000_000),
-    default=DEFAULT_PERMUTATIONS,
-    show_default=True,
-    help="Permutations of the paired randomization test.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=DEFAULT_SEED,
-    show_default=True,
-    help="Seed of the randomization test's sign flips.",
-)
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    default=None,
-    help="Also write the evals page showing this evaluation (the --format json document) "
-    "to this file: one self-contained HTML file, readable offline.",
-)
-def eval_command(
-    qrels: Path,
-    runs: tuple[str, ...],
-    ks: list[int],
-    complete: bool,
-    per_query: bool,
-    output_format: str,
-    alpha: float,
-    permutations: int,
-    seed: int,
-    html_path: Path | None,
+def _click_type(option: Option) -> Any:
+    if option.kind == "cutoffs":
+        return _Read(option, "k[,k...]")
+    if option.kind == "choice":
+        return click.Choice(option.choices)
+    if option.kind == "unit":
+        return click.FloatRange(0, 1, min_open=True, max_open=True)
+    if option.kind == "count":
+        return click.IntRange(1, MAX_PERMUTATIONS)
+    if option.kind == "int":
+        return int
+    if option.kind == "file":
+        return click.Path(dir_okay=False, writable=True, path_type=Path)
+    raise ValueError(f"option {option.dest}: no click type for kind {option.kind!r}")
+
+
+def _click_option(option: Option) -> Any:
+    if option.kind == "flag":
+        return click.option(*option.flags, option.dest, is_flag=True, help=option.help)
+    return click.option(
+        *option.flags,
+        option.dest,
+        type=_click_type(option),
+        default=option.default,
+        show_default=option.default is not None,
+        help=option.help,
+    )
+
+
+def _eval_command(
+    qrels: Path, runs: tuple[str, ...], html_path: Path | None, **options: Any
 ) -> None:
     """Score each RUN (a TREC run or JSONL results; - reads standard input) against
     QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
@@ -160,305 +81,20 @@ def eval_command(
     """
     if runs.count(STDIN) > 1:
         raise click.UsageError("standard input (-) can be read only once")
-    try:
-        # Reading and scoring make millions of objects and no cycles: the
-        # collector's passes over them cost ~10% (measured).
-        with gc_paused(), ExitStack() as stack:
-            # A run big enough for pyarrow pays its import for the qrels too.
-            columnar = any(
-                run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs
-            )
-            golden: Golden | Callable[[], Golden]
-            if columnar:
-                # Read in a thread while the first run's first chunk is parsed
-                # (pyarrow parses without the GIL); the runs take it when they
-                # need it (see evaluate_run_file_cutoffs).
-                from concurrent.futures import ThreadPoolExecutor
+    from scorer.cli.eval_run import run_eval
 
-                pool = stack.enter_context(
-                    ThreadPoolExecutor(1, thread_name_prefix="scorer-qrels-reader")
-                )
-                golden = pool.submit(read_golden, qrels, columnar=True).result
-            else:
-                golden = read_golden(qrels)
-            sources: list[tuple[str, list[Evaluation]]] = []
-            for run in runs:
-                name = STDIN_NAME if run == STDIN else run
-                with _run_file(run) as path, _progress_bar(path) as progress:
-                    evaluations = evaluate_run_file_cutoffs(
-                        golden,
-                        path,
-                        ks=ks,
-                        complete=complete,
-                        per_query=per_query,
-                        progress=progress,
-                    )
-                sources.append((name, evaluations))
-    except InputError as error:
-        click.echo(str(error), err=True)
-        sys.exit(2)
-    evaluations = combine(sources)
-    _warn_about_runs_sharing_no_query(qrels, sources)
-    _warn_about_repeated_ids(sources)
-    for evaluation in evaluations:
-        evaluation.compare_runs(alpha=alpha, permutations=permutations, seed=seed)
-    if output_format == "json":
-        document = as_document(evaluations)
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
-    else:
-        _print_tables(evaluations)
-    if html_path is not None:
-        _write_page(html_path, as_document(evaluations))
+    code = run_eval(qrels=qrels, runs=runs, html_path=html_path, **options)
+    if code:
+        sys.exit(code)
 
 
-def _write_page(path: Path, document: dict[str, Any]) -> None:
-    """The evals page with ``document`` embedded (scorer/page)."""
-    from scorer.page import page_html
-
-    try:
-        path.write_text(page_html(document), encoding="utf-8")
-    except OSError as failure:
-        click.echo(f"cannot write the HTML report {path}: {failure.strerror}", err=True)
-        sys.exit(2)
-    click.echo(f"wrote {path}", err=True)
+def _build() -> click.Command:
+    command: Any = _eval_command
+    for option in reversed(OPTIONS):
+        command = _click_option(option)(command)
+    command = click.argument("runs", nargs=-1, required=True, metavar="RUN [RUN ...]")(command)
+    command = click.argument("qrels", type=click.Path(path_type=Path))(command)
+    return click.command("eval")(command)
 
 
-@contextmanager
-def _run_file(run: str) -> Iterator[Path]:
-    """The path of ``run``; standard input is first spooled to a temporary file
-    (the readers detect a format from the first line, then read the file again),
-    and its messages name it ``<stdin>``."""
-    if run != STDIN:
-        yield Path(run)
-        return
-    with ExitStack() as stack:
-        spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="scorer-stdin-"))
-        shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
-        spool.flush()
-        try:
-            yield Path(spool.name)
-        except InputError as error:
-            raise InputError(STDIN_NAME, error.reason, error.line) from None
-
-
-def _warn_about_repeated_ids(sources: Sequence[tuple[str, Sequence[Evaluation]]]) -> None:
-    """One line on stderr per run with rankings that repeat an id where it is scored:
-    trec_eval refuses such a run, the scorer scores it by convention 7."""
-    for name, evaluations in sources:
-        for run_id, run in evaluations[0].runs.items():
-            if run.repeating:
-                click.echo(
-                    f"warning: run {run_id} ({name}): {run.repeating} rankings repeat an id "
-                    f"in their top max(k, 10); each repeat keeps its rank and earns nothing "
-                    "(docs/metrics.md, convention 7); trec_eval refuses such a run",
-                    err=True,
-                )
-
-
-def _warn_about_runs_sharing_no_query(
-    qrels: Path, sources: Sequence[tuple[str, Sequence[Evaluation]]]
-) -> None:
-    """One line on stderr per run that shares no query id with the qrels: its
-    means are over nothing (or only zeros with -c), which is almost always two
-    files that do not belong together."""
-    for name, evaluations in sources:
-        for run_id, run in evaluations[0].runs.items():
-            if run.judged_queries:
-                continue
-            click.echo(
-                f"warning: run {run_id} ({name}) shares no query id with {qrels}: "
-                f"none of its {run.results_without_qrels} rankings was scored; "
-                "check that the qrels and the run belong together (same topics, same ids)",
-                err=True,
-            )
-
-
-@contextmanager
-def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
-    """A progress callback drawing a bar on stderr, or None when it would not be seen
-    (stderr is not a terminal, or the file is small)."""
-    if file_size(path) < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    console = Console(stderr=True)
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"scoring {path.name}", total=file_size(path))
-        yield lambda done: bar.update(task, completed=done)
-
-
-_HEADINGS = tuple(m.heading for m in MEASURES)
-_T_MARK = "*"
-_RANDOMIZATION_MARK = "†"
-
-
-class TextTable:
-    """A plain aligned text table: a title, a header, rows, and rules between sections.
-
-    Written here rather than drawn with rich: importing rich costs more start-up
-    time (~30-60 ms) than a tuning loop should pay for a few lines of text.
-    """
-
-    def __init__(self, title: str, headings: Sequence[str], right: Sequence[bool]) -> None:
-        self.title = title
-        self.headings = list(headings)
-        self.right = list(right)
-        self.rows: list[list[str] | None] = []  # None: a rule
-
-    def add_row(self, *cells: str, end_section: bool = False) -> None:
-        self.rows.append(list(cells))
-        if end_section:
-            self.rows.append(None)
-
-    def render(self) -> str:
-        widths = [len(heading) for heading in self.headings]
-        for row in self.rows:
-            for index, cell in enumerate(row or ()):
-                widths[index] = max(widths[index], len(cell))
-        rule = "  ".join("-" * width for width in widths)
-
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(
-                cell.rjust(width) if right else cell.ljust(width)
-                for cell, width, right in zip(cells, widths, self.right, strict=True)
-            ).rstrip()
-
-        lines = [self.title, line(self.headings), rule]
-        lines += [rule if row is None else line(row) for row in self.rows]
-        if lines[-1] == rule:
-            lines.pop()
-        return "\n".join(lines)
-
-
-def _print_tables(evaluations: Sequence[Evaluation]) -> None:
-    blocks: list[str] = []
-    for evaluation in evaluations:
-        blocks += _run_tables(evaluation)
-        if evaluation.comparisons is not None:
-            blocks.append(_comparison_table(evaluation))
-    for evaluation in evaluations:
-        if evaluation.results is not None:
-            blocks.append(_per_query_table(evaluation))
-    click.echo("\n\n".join(blocks))
-
-
-def _run_tables(evaluation: Evaluation) -> list[str]:
-    blocks = []
-    for run_id, run in evaluation.runs.items():
-        summary = run.summary()
-        table = TextTable(
-            f"run {run_id}  (k={evaluation.k}; mean [95% interval])",
-            ["facet", "value", "n", *_HEADINGS],
-            [False, False, True, *[True] * len(_HEADINGS)],
-        )
-        table.add_row("all", "", *_cells(summary), end_section=True)
-        for facet, by_value in summary["facets"].items():
-            for value, aggregate in by_value.items():
-                table.add_row(facet, value, *_cells(aggregate))
-        blocks.append(table.render() + "\n" + _skipped_line(summary) + "\n" + _risk_line(summary))
-    return blocks
-
-
-def _comparison_table(evaluation: Evaluation) -> str:
-    comparisons = evaluation.comparisons
-    assert comparisons is not None
-    table = TextTable(
-        f"runs against {comparisons['baseline']}  (k={evaluation.k}; "
-        "mean over paired queries, difference)",
-        ["run", "queries", *_HEADINGS],
-        [False, True, *[True] * len(_HEADINGS)],
-    )
-    for comparison in comparisons["runs"]:
-        cells = [comparison["runB"], str(comparison["queries"])]
-        for name in METRIC_NAMES:
-            entry = comparison["metrics"][name]
-            if entry["b"] is None:
-                cells.append("-")
-                continue
-            marks = (_T_MARK if entry["tTest"]["significant"] else " ") + (
-                _RANDOMIZATION_MARK if entry["randomization"]["significant"] else " "
-            )
-            cells.append(f"{entry['b']:.4f} ({entry['delta']:+.4f}){marks}")
-        table.add_row(*cells)
-    legend = (
-        f"{_T_MARK} paired t-test, {_RANDOMIZATION_MARK} paired randomization test "
-        f"({comparisons['permutations']:,} permutations, seed {comparisons['seed']}): "
-        f"Holm-corrected p < {comparisons['alpha']:g} over the {len(comparisons['runs'])} "
-        "comparison(s) with the baseline"
-    )
-    aurc_lines = [_aurc_difference_line(comparison) for comparison in comparisons["runs"]]
-    return "\n".join([table.render(), legend, *aurc_lines])
-
-
-def _per_query_table(evaluation: Evaluation) -> str:
-    assert evaluation.results is not None
-    table = TextTable(
-        f"per query (k={evaluation.k})",
-        ["run", "query", "result", *_HEADINGS],
-        [False, False, False, *[True] * len(_HEADINGS)],
-    )
-    for row in evaluation.results:
-        table.add_row(
-            row.run_id,
-            row.query_id,
-            row.result_id or "",
-            *(f"{value:.4f}" for value in row.values),
-        )
-    return table.render()
-
-
-def _cells(aggregate: dict[str, Any]) -> list[str]:
-    cells = [str(aggregate["count"])]
-    for name in METRIC_NAMES:
-        mean = aggregate["metrics"][name]
-        low, high = aggregate["ci95"][name]
-        # The interval itself, not a half-width: Wilson's is not symmetric about the mean.
-        cells.append(f"{mean:.4f} [{low:.3f}, {high:.3f}]")
-    return cells
-
-
-def _risk_line(summary: dict[str, Any]) -> str:
-    """One line of the run's risk–coverage: AURC and E-AURC of both losses, and counts."""
-    block = summary["riskCoverage"]
-    if not block["withConfidence"]:
-        return f"risk-coverage: no ranking has a confidence ({block['withoutConfidence']} without)"
-    losses = ", ".join(
-        f"{name} {block[name]['aurc']:.4f} (E-AURC {block[name]['eAurc']:.4f})" for name in LOSSES
-    )
-    return (
-        f"risk-coverage: AURC {losses}; {block['withConfidence']} rankings with a confidence, "
-        f"{block['withoutConfidence']} without"
-    )
-
-
-def _aurc_difference_line(comparison: dict[str, Any]) -> str:
-    """A candidate's AURC minus the baseline's, per loss (a difference, not a test)."""
-    differences = ", ".join(
-        f"{name} {entry['b']:.4f} ({entry['delta']:+.4f})"
-        if entry["delta"] is not None
-        else f"{name} -"
-        for name, entry in comparison["riskCoverage"].items()
-    )
-    return (
-        f"AURC of {comparison['runB']} (difference with {comparison['runA']}; each run over its "
-        f"own rankings, lower is better, not tested): {differences}"
-    )
-
-
-def _skipped_line(summary: dict[str, Any]) -> str:
-    skipped = summary["skipped"]
-    line = (
-        f"skipped: {skipped['resultsWithoutQrels']} rankings without qrels, "
-        f"{skipped['judgedQueriesNotInRun']} judged queries not in the run"
-    )
-    if "zeroFilled" in summary:
-        line += f"; scored as zeros (--complete): {summary['zeroFilled']} judged queries"
-    return line
+eval_command = _build()

@@ -22,8 +22,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-import orjson
-
 from scorer.io.errors import InputError
 
 
@@ -125,6 +123,8 @@ def detect_kind(path: Path) -> FileKind:
 
 def _kind_of_line(path: Path, number: int, line: str) -> FileKind:
     if line.lstrip().startswith("{"):
+        import orjson  # only for JSONL: TREC files start faster without it
+
         try:
             first = orjson.loads(line)
         except orjson.JSONDecodeError as error:

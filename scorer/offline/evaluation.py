@@ -34,13 +34,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.analysis.risk_coverage import LOSSES, RunRiskCoverage
-from scorer.analysis.significance import (
-    DEFAULT_ALPHA,
-    DEFAULT_PERMUTATIONS,
-    DEFAULT_SEED,
-    compare_with_baseline,
-)
 from scorer.core.measures import MEASURES, each, unrolled
 from scorer.core.metrics import NDCG_CUTOFF, Judgments, MetricValues, score
 from scorer.core.rollup import RunRollup
@@ -183,6 +178,9 @@ class Evaluation:
         if len(self.runs) < 2:
             self.comparisons = None
             return
+        # Imported here: one run compares nothing, and start-up matters (scorer eval).
+        from scorer.analysis.significance import compare_with_baseline
+
         self.comparisons = compare_with_baseline(
             {run_id: run.query_means() for run_id, run in self.runs.items()},
             list(self.runs),

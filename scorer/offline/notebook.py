@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from scorer.analysis.significance import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
+from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.io import Golden, JudgedQuery, Retrieval, trec_order
 from scorer.offline.evaluation import as_document, evaluate_cutoffs
 

@@ -10,7 +10,7 @@ import pytest
 import pytrec_eval
 from click.testing import CliRunner
 
-from scorer.cli import eval_cmd, main
+from scorer.cli import eval_run, main
 from scorer.io import runs as run_reader
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -132,7 +132,7 @@ def test_bad_input_exits_2_with_one_line_on_stderr(
     big_run: bool,
 ) -> None:
     if big_run:  # the qrels read in a thread while the run's first chunk is parsed
-        monkeypatch.setattr(eval_cmd, "COLUMNAR_MIN_BYTES", 0)
+        monkeypatch.setattr(eval_run, "COLUMNAR_MIN_BYTES", 0)
         monkeypatch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
     (tmp_path / "qrels.txt").write_text(qrels_text)
     (tmp_path / "run.txt").write_text(run_text)
@@ -234,7 +234,7 @@ def test_a_big_run_reads_the_qrels_alongside_and_scores_the_same(
     for args in ([], ["-q", "-c"], ["--k", "5,10"]):
         small = run_eval(qrels, run, other, "--format", "json", *args)
         with monkeypatch.context() as patch:
-            patch.setattr(eval_cmd, "COLUMNAR_MIN_BYTES", 0)
+            patch.setattr(eval_run, "COLUMNAR_MIN_BYTES", 0)
             patch.setattr(run_reader, "COLUMNAR_MIN_BYTES", 0)
             big = run_eval(qrels, run, other, "--format", "json", *args)
         assert big == small
@@ -349,8 +349,8 @@ def test_start_up_imports_nothing_heavy_for_small_files() -> None:
 
 def test_constants_written_for_start_up_equal_their_sources() -> None:
     from schemas.events import MAX_K
-    from scorer.cli.eval_cmd import DEFAULT_K
-    from scorer.cli.eval_cmd import MAX_K as EVAL_MAX_K
+    from scorer.cli.eval_options import DEFAULT_K
+    from scorer.cli.eval_options import MAX_K as EVAL_MAX_K
     from scorer.settings import Settings
 
     assert EVAL_MAX_K == MAX_K

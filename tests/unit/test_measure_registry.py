@@ -27,7 +27,7 @@ KERNEL_ANCHOR = "        # A measure added to the registry returns its value her
 
 PROBE = r"""
 import json
-from scorer.cli.eval_cmd import _HEADINGS
+from scorer.cli.eval_run import _HEADINGS
 from scorer.analysis.compare import compare_runs
 from scorer.core.metrics import retrieval_metrics
 from scorer.core.rollup import RunRollup
