@@ -46,7 +46,9 @@ def _decode(model: type[Any], value: bytes | None) -> Any:
     if value is None:
         raise RejectedEvent("EmptyValue", "value is null")
     try:
-        return model.model_validate_json(value)
+        # The model's validator itself: what model_validate_json calls, without its
+        # argument checks (4.2 -> 3.9 µs a bench/stream.py result).
+        return model.__pydantic_validator__.validate_json(value)
     except ValidationError as error:
         kinds = {e["type"] for e in error.errors()}
         error_class = "InvalidJson" if "json_invalid" in kinds else "SchemaViolation"
