@@ -127,3 +127,23 @@ def test_the_entry_point_scores_a_small_run_without_click_or_orjson() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert completed.stdout == via_click.stdout
+
+
+def test_a_small_document_is_written_as_orjson_writes_it_and_a_nan_as_null() -> None:
+    import orjson
+
+    from scorer.cli.eval_run import dumps_document
+
+    document = {
+        "k": 10,
+        "runs": {"é-run": {"mean": 0.1 + 0.2, "tiny": 1.5e-7, "big": 12345678901234567890}},
+        "none": None,
+        "list": [True, False, 0, -0.0],
+    }
+    small = dumps_document(document, large=False)
+    assert orjson.loads(small) == document
+    assert small == orjson.dumps(document, option=orjson.OPT_INDENT_2).decode().replace(
+        "1.5e-7", "1.5e-07"
+    )
+    with_nan = dumps_document({"x": float("nan"), "y": [float("inf")]}, large=False)
+    assert orjson.loads(with_nan) == {"x": None, "y": [None]}
