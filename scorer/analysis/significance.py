@@ -68,9 +68,10 @@ def randomization_tests(
     (rows: queries in a fixed order; columns: metrics, or several comparisons' metrics
     side by side, which then share the same sign flips). See the module docstring.
 
-    Small problems run in plain Python, large ones with numpy; both see the same
-    flips and count alike (up to the order of floating-point sums, which the
-    rounding allowance covers).
+    Small problems run in plain Python (by sign pattern when there are fewer
+    patterns than permutations, else by permutation), large ones with numpy; all
+    see the same flips and count alike (up to the order of floating-point sums,
+    which the rounding allowance covers).
     """
     if permutations < 1:
         raise ValueError(f"permutations must be >= 1, got {permutations}")
@@ -84,11 +85,37 @@ def randomization_tests(
     rng = random.Random(seed)
     masks = (rng.getrandbits(queries) for _ in range(permutations))
     size = (queries + 7) // 8
-    if permutations * size * len(columns) <= _PYTHON_WORK:
+    if (1 << queries) <= permutations:
+        counts = _counts_by_pattern(columns, thresholds, masks, queries)
+    elif permutations * size * len(columns) <= _PYTHON_WORK:
         counts = _counts_in_python(columns, thresholds, masks, size)
     else:
         counts = _counts_with_numpy(differences, thresholds, masks, size, permutations)
     return [(count + 1) / (permutations + 1) for count in counts]
+
+
+def _counts_by_pattern(
+    columns: list[list[float]], thresholds: list[float], masks: Iterator[int], queries: int
+) -> list[int]:
+    """Permutations at least as extreme, per column, when there are no more sign
+    patterns (``2 ** queries``) than permutations, as with a dozen queries and the
+    default 10,000: each mask is tallied once, and each column's sum is worked out
+    once per pattern, not once per permutation."""
+    drawn = [0] * (1 << queries)
+    for mask in masks:
+        drawn[mask] += 1
+    patterns = [mask for mask, times in enumerate(drawn) if times]
+    counts = []
+    for column, threshold in zip(columns, thresholds, strict=True):
+        total = math.fsum(column)
+        flipped = [0.0] * len(drawn)
+        for mask in range(1, len(drawn)):
+            lowest = (mask & -mask).bit_length() - 1
+            flipped[mask] = flipped[mask & (mask - 1)] + column[lowest]
+        counts.append(
+            sum(drawn[mask] for mask in patterns if abs(total - 2.0 * flipped[mask]) >= threshold)
+        )
+    return counts
 
 
 def _counts_in_python(

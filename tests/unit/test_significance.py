@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import assume, given, settings
@@ -148,3 +149,34 @@ def test_compare_with_baseline_pairs_queries_and_corrects_with_holm() -> None:
         assert better_entry["tTest"]["significant"] and better_entry["randomization"]["significant"]
         assert family[1]["tTest"]["p"] == 1.0 and not family[1]["randomization"]["significant"]
         assert better_entry["a"] == pytest.approx(sum(v[column] for v in base.values()) / 60)
+
+
+@pytest.mark.parametrize("queries", [1, 2, 8, 11, 13])
+def test_sign_patterns_count_as_the_permutations_do(queries: int) -> None:
+    """With no more sign patterns than permutations (a dozen queries, 10,000
+    permutations), the masks are tallied by pattern: the p-values are the
+    per-permutation path's and the reference's."""
+    from scorer.analysis import significance
+
+    rng = random.Random(queries)
+    columns = [
+        [rng.gauss(0.02, 0.2) for _ in range(queries)],
+        [rng.choice([0.0, 0.5, -0.5]) for _ in range(queries)],
+        [0.0] * queries,
+    ]
+    thresholds = [abs(math.fsum(column)) - 1e-9 * math.fsum(map(abs, column)) for column in columns]
+
+    def masks() -> Iterator[int]:
+        draw = random.Random(7)
+        return (draw.getrandbits(queries) for _ in range(10_000))
+
+    by_pattern = significance._counts_by_pattern(columns, thresholds, masks(), queries)
+    by_permutation = significance._counts_in_python(
+        columns, thresholds, masks(), (queries + 7) // 8
+    )
+    assert by_pattern == by_permutation
+    assert by_pattern[2] == 10_000  # identical runs: every permutation as extreme
+    rows = [list(row) for row in zip(*columns, strict=True)]
+    assert randomization_tests(rows, 10_000, 7) == [
+        reference_randomization(column, 10_000, 7) for column in columns
+    ]
