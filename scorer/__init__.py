@@ -15,7 +15,9 @@ imported lazily so that ``import scorer`` stays cheap.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "compare_runs", "evaluate"]

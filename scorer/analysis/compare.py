@@ -29,12 +29,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from scorer.core.measures import METRIC_NAMES
 from scorer.core.rollup import MetricAggregate, t_quantile_975
 
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
 if TYPE_CHECKING:
+    from typing import Any
+
     import numpy as np
 
 ALPHA = 0.05

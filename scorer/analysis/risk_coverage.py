@@ -35,12 +35,15 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import accumulate, compress, islice
 from operator import eq, truediv
-from typing import Any
 
 from scorer.core.metrics import MetricValues
+from scorer.core.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOSSES = ("miss", "ndcgLoss")
 """Wire names of the two losses, in the order :meth:`RiskCoverage.add` takes them."""
@@ -128,14 +131,22 @@ def _area(sums: list[float], positions: Sequence[int]) -> tuple[float, list[list
     return _unit(math.fsum(risks) / n), curve
 
 
-@dataclass(frozen=True, slots=True)
-class LossCurve:
+class LossCurve(Record):
     """AURC, optimal AURC, E-AURC and the curve of one loss (None when n is 0)."""
 
-    aurc: float | None
-    optimal_aurc: float | None
-    e_aurc: float | None
-    curve: list[list[float]]
+    __slots__ = ("aurc", "optimal_aurc", "e_aurc", "curve")  # noqa: RUF023  (field order)
+
+    def __init__(
+        self,
+        aurc: float | None,
+        optimal_aurc: float | None,
+        e_aurc: float | None,
+        curve: list[list[float]],
+    ) -> None:
+        self.aurc = aurc
+        self.optimal_aurc = optimal_aurc
+        self.e_aurc = e_aurc
+        self.curve = curve
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -164,19 +175,33 @@ def loss_curve(confidences: Sequence[float], losses: Sequence[float]) -> LossCur
     return LossCurve(aurc, optimal, max(0.0, aurc - optimal), curve)
 
 
-@dataclass(slots=True)
-class RiskCoverage:
+class RiskCoverage(Record):
     """The confidences and losses of some results, for their risk–coverage block.
 
     Keeps every result with a confidence (17 bytes each: the exact optimal AURC
     needs every loss) and counts those without.
     """
 
-    confidences: array[float] = field(default_factory=lambda: array("d"))
-    misses: bytearray = field(default_factory=bytearray)
-    ndcg_losses: array[float] = field(default_factory=lambda: array("d"))
-    without_confidence: int = 0
-    _curves: dict[str, LossCurve] | None = field(default=None, repr=False, compare=False)
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "confidences",
+        "misses",
+        "ndcg_losses",
+        "without_confidence",
+        "_curves",  # the curves until the next add (neither compared nor shown)
+    )
+
+    def __init__(
+        self,
+        confidences: array[float] | None = None,
+        misses: bytearray | None = None,
+        ndcg_losses: array[float] | None = None,
+        without_confidence: int = 0,
+    ) -> None:
+        self.confidences = array("d") if confidences is None else confidences
+        self.misses = bytearray() if misses is None else misses
+        self.ndcg_losses = array("d") if ndcg_losses is None else ndcg_losses
+        self.without_confidence = without_confidence
+        self._curves: dict[str, LossCurve] | None = None
 
     def add(self, confidence: float | None, values: MetricValues) -> None:
         """Fold in one scored result: ``miss = 1 - hitAtK``, ``ndcgLoss = 1 - ndcgAt10``."""
@@ -210,13 +235,19 @@ class RiskCoverage:
         return block
 
 
-@dataclass(slots=True)
-class RunRiskCoverage:
+class RunRiskCoverage(Record):
     """A run's risk–coverage, overall and per facet value (as
     :class:`scorer.core.rollup.RunRollup`)."""
 
-    overall: RiskCoverage = field(default_factory=RiskCoverage)
-    facets: dict[str, dict[str, RiskCoverage]] = field(default_factory=dict)
+    __slots__ = ("overall", "facets")  # noqa: RUF023  (field order)
+
+    def __init__(
+        self,
+        overall: RiskCoverage | None = None,
+        facets: dict[str, dict[str, RiskCoverage]] | None = None,
+    ) -> None:
+        self.overall = RiskCoverage() if overall is None else overall
+        self.facets = {} if facets is None else facets
 
     def add(
         self, confidence: float | None, values: MetricValues, facets: Mapping[str, str] | None

@@ -31,12 +31,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
 
 from scorer.analysis.compare import paired
 from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.core.measures import METRIC_NAMES
 from scorer.core.stats import holm, student_t_sf
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 TESTS = ("tTest", "randomization")
 _PERMUTATIONS_PER_BLOCK = 512

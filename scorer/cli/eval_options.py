@@ -22,9 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
+from scorer.core.record import Record
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_K = 10
 """The streaming scorer's default cutoff (``Settings.default_retrieval_k``; a unit
@@ -59,7 +63,7 @@ def parse_cutoffs(text: str) -> list[int]:
     return cutoffs
 
 
-class Option(NamedTuple):
+class Option(Record):
     """One option of ``scorer eval``.
 
     ``kind`` is how its value is read: ``flag`` (no value), ``cutoffs``
@@ -69,13 +73,25 @@ class Option(NamedTuple):
     presence hands the command line to click).
     """
 
-    dest: str
-    flags: tuple[str, ...]
-    kind: str
-    default: Any
-    help: str | None = None
-    choices: tuple[str, ...] = ()
-    quick: bool = True
+    __slots__ = ("dest", "flags", "kind", "default", "help", "choices", "quick")  # noqa: RUF023
+
+    def __init__(
+        self,
+        dest: str,
+        flags: tuple[str, ...],
+        kind: str,
+        default: Any,
+        help: str | None = None,
+        choices: tuple[str, ...] = (),
+        quick: bool = True,
+    ) -> None:
+        self.dest = dest
+        self.flags = flags
+        self.kind = kind
+        self.default = default
+        self.help = help
+        self.choices = choices
+        self.quick = quick
 
 
 OPTIONS: tuple[Option, ...] = (

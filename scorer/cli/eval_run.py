@@ -18,7 +18,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 from scorer.analysis.risk_coverage import LOSSES
 from scorer.cli.eval_options import STDIN
@@ -33,6 +32,10 @@ from scorer.offline.evaluation import (
     combine,
     evaluate_run_file_cutoffs,
 )
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 PROGRESS_MIN_BYTES = 16 << 20
 """Run files smaller than this are scored before a progress bar would be seen."""

@@ -16,8 +16,11 @@ bounds to be [0, 1]).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from scorer.core.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 RETRIEVAL = "retrievalMetrics"
 """Wire object of the seed's five metrics (exactly these keys, in the scored event)."""
@@ -26,31 +29,50 @@ JUDGMENT = "judgmentMetrics"
 it is judged, and the best nDCG@10 its candidates allow."""
 
 
-@dataclass(frozen=True, slots=True)
-class Measure:
-    """One per-result measure."""
+class Measure(Record):
+    """One per-result measure (read-only by convention; hashable)."""
 
-    slot: int
-    """Its index in ``MetricValues`` (the kernel returns the values in slot order)."""
-    wire: str
-    """Leaf name on the wire and in every JSON document (camelCase)."""
-    field: str
-    """``MetricValues`` attribute (snake_case); also the Prometheus series suffix."""
-    label: str
-    """Column heading on the page and in the Prometheus help."""
-    heading: str
-    """Column heading in ``scorer eval``'s text tables (compact)."""
-    group: str
-    """The scored event's object holding it: :data:`RETRIEVAL` or :data:`JUDGMENT`."""
-    description: str
-    """One line: the Prometheus help and the OpenAPI description."""
-    integer: bool = False
-    """The value is 0 or 1 (an int on the wire)."""
-    bounds: tuple[float, float] = (0.0, 1.0)
-    headline: int = 0
-    """Its place among the run list's headline columns (from 1); 0: not there."""
-    watched: bool = True
-    """Tested by the regression watch (``scorer.stream.watch``)."""
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "slot",  # its index in ``MetricValues`` (the kernel returns the values in slot order)
+        "wire",  # leaf name on the wire and in every JSON document (camelCase)
+        "field",  # ``MetricValues`` attribute (snake_case); also the Prometheus series suffix
+        "label",  # column heading on the page and in the Prometheus help
+        "heading",  # column heading in ``scorer eval``'s text tables (compact)
+        "group",  # the scored event's object holding it: RETRIEVAL or JUDGMENT
+        "description",  # one line: the Prometheus help and the OpenAPI description
+        "integer",  # the value is 0 or 1 (an int on the wire)
+        "bounds",
+        "headline",  # its place among the run list's headline columns (from 1); 0: not there
+        "watched",  # tested by the regression watch (``scorer.stream.watch``)
+    )
+
+    def __init__(
+        self,
+        slot: int,
+        wire: str,
+        field: str,
+        label: str,
+        heading: str,
+        group: str,
+        description: str,
+        integer: bool = False,
+        bounds: tuple[float, float] = (0.0, 1.0),
+        headline: int = 0,
+        watched: bool = True,
+    ) -> None:
+        self.slot = slot
+        self.wire = wire
+        self.field = field
+        self.label = label
+        self.heading = heading
+        self.group = group
+        self.description = description
+        self.integer = integer
+        self.bounds = bounds
+        self.headline = headline
+        self.watched = watched
+
+    __hash__ = Record.value_hash
 
     @property
     def prometheus(self) -> str:

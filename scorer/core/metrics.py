@@ -33,11 +33,11 @@ division, as trec_eval does) so that the numbers agree to the last bit.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from scorer.core.measures import GROUPS, MEASURES, METRIC_NAMES
+from scorer.core.record import Record
 
 __all__ = ["METRIC_NAMES", "Judgments", "MetricValues", "score"]
 
@@ -65,9 +65,8 @@ def gain(grade: int) -> float:
     return float(2**grade - 1) if grade > 0 else 0.0
 
 
-_MetricTuple = NamedTuple(  # type: ignore[misc]  # fields from the registry
-    "_MetricTuple", [(m.field, int if m.integer else float) for m in MEASURES]
-)
+_MetricTuple = namedtuple("_MetricTuple", [m.field for m in MEASURES])
+# (fields from the registry; collections' namedtuple, not typing's: see scorer.core.record)
 
 # (wire object, its (wire name, slot) pairs), for as_wire.
 _WIRE_GROUPS = tuple(
@@ -90,22 +89,34 @@ class MetricValues(_MetricTuple):
         return dict(zip(METRIC_NAMES, self, strict=True))
 
 
-@dataclass(frozen=True, slots=True)
-class Judgments:
+class Judgments(Record):
     """Qrels prepared for scoring: what every ranking of the query would recompute.
 
     Build one per query with :meth:`from_qrels` and score any number of rankings
     against it with :func:`score`; the streaming worker keeps these in its table.
+    Read-only by convention.
     """
 
-    grades: Mapping[str, int]
-    """Relevant ids only (grade >= 1) and their grades."""
-    n_relevant: int
-    ideal_dcg: float
-    """DCG@10 of the ideal ranking: all relevant grades, descending."""
-    others: Mapping[str, int] = field(default_factory=dict)
-    """The judged ids that are not relevant (grade <= 0) and their grades: judged@k
-    counts them. Empty for a worker's qrels table entry from before judged@k."""
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "grades",  # relevant ids only (grade >= 1) and their grades
+        "n_relevant",
+        "ideal_dcg",  # DCG@10 of the ideal ranking: all relevant grades, descending
+        # The judged ids that are not relevant (grade <= 0) and their grades: judged@k
+        # counts them. Empty for a worker's qrels table entry from before judged@k.
+        "others",
+    )
+
+    def __init__(
+        self,
+        grades: Mapping[str, int],
+        n_relevant: int,
+        ideal_dcg: float,
+        others: Mapping[str, int] | None = None,
+    ) -> None:
+        self.grades = grades
+        self.n_relevant = n_relevant
+        self.ideal_dcg = ideal_dcg
+        self.others = {} if others is None else others
 
     @classmethod
     def from_qrels(cls, qrels: Mapping[str, int]) -> Judgments:

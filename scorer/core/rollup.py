@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from scorer.core.measures import METRIC_NAMES, each, unrolled
+from scorer.core.record import Record
 from scorer.core.stats import t_quantile_975, wilson_interval
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_FACET_VALUES_PER_RUN = 200
 """Distinct values kept per facet and run; later ones are counted under ``other``
@@ -81,16 +84,29 @@ def add(self, values):
 )
 
 
-@dataclass(slots=True)
-class MetricAggregate:
+class MetricAggregate(Record):
     """Count, sums and sums of squares of every measure over some results."""
 
-    count: int = 0
-    sums: list[float] = field(default_factory=lambda: [0.0] * _N)
-    sumsqs: list[float] = field(default_factory=lambda: [0.0] * _N)
-    unseen: list[int] | None = None
-    """Per slot, results folded in without that measure (a state or a row written
-    before the measure existed, ``RunRollup.add``); None when there are none."""
+    __slots__ = (
+        "count",
+        "sums",
+        "sumsqs",
+        # Per slot, results folded in without that measure (a state or a row written
+        # before the measure existed, ``RunRollup.add``); None when there are none.
+        "unseen",
+    )
+
+    def __init__(
+        self,
+        count: int = 0,
+        sums: list[float] | None = None,
+        sumsqs: list[float] | None = None,
+        unseen: list[int] | None = None,
+    ) -> None:
+        self.count = count
+        self.sums = [0.0] * _N if sums is None else sums
+        self.sumsqs = [0.0] * _N if sumsqs is None else sumsqs
+        self.unseen = unseen
 
     # Straight-line code from the registry (``scorer.core.measures.unrolled``): the worker
     # folds every result into a run's overall aggregate and one per facet value.
@@ -191,12 +207,18 @@ class MetricAggregate:
         return aggregate
 
 
-@dataclass(slots=True)
-class RunRollup:
+class RunRollup(Record):
     """The metrics of one run, overall and per facet value."""
 
-    overall: MetricAggregate = field(default_factory=MetricAggregate)
-    facets: dict[str, dict[str, MetricAggregate]] = field(default_factory=dict)
+    __slots__ = ("overall", "facets")  # noqa: RUF023  (field order)
+
+    def __init__(
+        self,
+        overall: MetricAggregate | None = None,
+        facets: dict[str, dict[str, MetricAggregate]] | None = None,
+    ) -> None:
+        self.overall = MetricAggregate() if overall is None else overall
+        self.facets = {} if facets is None else facets
 
     def add(
         self, values: Sequence[float], facets: Mapping[str, str] | None = None

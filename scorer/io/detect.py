@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO, TextIO
 
 from scorer.io.errors import InputError
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import BinaryIO, TextIO
 
 
 class FileKind(StrEnum):

@@ -8,28 +8,26 @@ with the wire model :class:`schemas.GoldenQuery`, so they carry its bounds
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from scorer.core.metrics import MAX_GRADE
+from scorer.core.record import Record
 from scorer.io.detect import COMMENT, FileKind, detect_kind, gc_paused, open_binary, open_text
 from scorer.io.errors import InputError
-
-if TYPE_CHECKING:
-    pass
 
 COLUMNAR_MIN_BYTES = 16 << 20
 """Qrels files smaller than this (16 MiB) are read line by line, without pyarrow
 (as TREC runs, :data:`scorer.io.runs.COLUMNAR_MIN_BYTES`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class JudgedQuery:
+class JudgedQuery(Record):
     """The judgments of one query: ``qrels`` (id -> integer grade) and its facets."""
 
-    qrels: dict[str, int]
-    facets: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("qrels", "facets")  # noqa: RUF023  (field order)
+
+    def __init__(self, qrels: dict[str, int], facets: dict[str, str] | None = None) -> None:
+        self.qrels = qrels
+        self.facets = {} if facets is None else facets
 
 
 Golden = dict[str, JudgedQuery]

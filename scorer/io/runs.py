@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from operator import gt
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TextIO, overload
 
+from scorer.core.record import Record
 from scorer.io.detect import (
     COMMENT,
     RUN_COLUMNS,
@@ -43,7 +42,10 @@ from scorer.io.detect import (
 )
 from scorer.io.errors import InputError
 
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
 if TYPE_CHECKING:
+    from typing import BinaryIO, TextIO, overload
+
     from scorer.io.columnar import RunBlock
 
 Progress = Callable[[int], None]
@@ -59,10 +61,11 @@ _CHUNK_CHARS = 1 << 22
 per chunk, and the hot loop stays a plain ``for`` over a list."""
 
 
-@dataclass(frozen=True, slots=True)
-class Retrieval:
-    """One ranked list of a run: ``ranked`` ids, best first, for ``query_id``.
+class Retrieval(Record):
+    """One ranked list of a run: ``ranked`` ids, best first, for ``query_id``
+    (read-only by convention).
 
+    ``ranked`` is a list, or a :class:`JoinedRanking` from the columnar reader.
     ``result_id``, ``k`` and ``facets`` come from JSONL results only; ``k`` and
     ``facets`` override the evaluation's default cutoff and the golden set's facets.
     ``confidence`` ranks the list for risk–coverage: in a TREC run the score of
@@ -70,14 +73,33 @@ class Retrieval:
     ``confidence``, else its ``scores[0]``, else None.
     """
 
-    run_id: str
-    query_id: str
-    ranked: Sequence[str]
-    """A list, or a :class:`JoinedRanking` from the columnar reader."""
-    result_id: str | None = None
-    k: int | None = None
-    facets: dict[str, str] | None = None
-    confidence: float | None = None
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "run_id",
+        "query_id",
+        "ranked",
+        "result_id",
+        "k",
+        "facets",
+        "confidence",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        query_id: str,
+        ranked: Sequence[str],
+        result_id: str | None = None,
+        k: int | None = None,
+        facets: dict[str, str] | None = None,
+        confidence: float | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.query_id = query_id
+        self.ranked = ranked
+        self.result_id = result_id
+        self.k = k
+        self.facets = facets
+        self.confidence = confidence
 
 
 class InterleavedRun(Exception):
@@ -166,11 +188,13 @@ class JoinedRanking(Sequence[str]):
             return len(self._ids)
         return self._joined.count("\n") + 1
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
+    if TYPE_CHECKING:
 
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
+        @overload
+        def __getitem__(self, index: int) -> str: ...
+
+        @overload
+        def __getitem__(self, index: slice) -> list[str]: ...
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if (

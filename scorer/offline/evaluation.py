@@ -29,15 +29,14 @@ queries of two runs in a comparison (:mod:`scorer.analysis.compare`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any
 
 from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.analysis.risk_coverage import LOSSES, RunRiskCoverage
 from scorer.core.measures import MEASURES, each, unrolled
 from scorer.core.metrics import NDCG_CUTOFF, Judgments, MetricValues, score
+from scorer.core.record import Record
 from scorer.core.rollup import RunRollup
 from scorer.io import (
     Golden,
@@ -47,6 +46,10 @@ from scorer.io import (
     Retrieval,
     iter_retrievals,
 )
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from typing import Any
 
 ZERO = MetricValues(*(0 if m.integer else 0.0 for m in MEASURES))
 """The measures of an empty ranking: what ``complete`` gives a judged query a run lacks."""
@@ -63,15 +66,24 @@ def add(sums, values):
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ScoredRetrieval:
-    """The metrics of one ranking (a row of ``--per-query``)."""
+class ScoredRetrieval(Record):
+    """The metrics of one ranking (a row of ``--per-query``; read-only by convention)."""
 
-    run_id: str
-    query_id: str
-    result_id: str | None
-    values: MetricValues
-    confidence: float | None = None
+    __slots__ = ("run_id", "query_id", "result_id", "values", "confidence")  # noqa: RUF023
+
+    def __init__(
+        self,
+        run_id: str,
+        query_id: str,
+        result_id: str | None,
+        values: MetricValues,
+        confidence: float | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.query_id = query_id
+        self.result_id = result_id
+        self.values = values
+        self.confidence = confidence
 
     def as_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {"runId": self.run_id, "queryId": self.query_id}
@@ -83,23 +95,33 @@ class ScoredRetrieval:
         return row
 
 
-@dataclass(slots=True)
-class RunEvaluation:
+class RunEvaluation(Record):
     """The rollup of one run and the counts of what it left out."""
 
-    rollup: RunRollup = field(default_factory=RunRollup)
-    risk: RunRiskCoverage = field(default_factory=RunRiskCoverage)
-    judged_queries: set[str] = field(default_factory=set)
-    """Judged query ids this run ranked at least once."""
-    per_query: dict[str, list[float]] = field(default_factory=dict)
-    """Query id -> sums of its metrics over its rankings, then their count (the
-    last item): what :meth:`query_means` averages."""
-    results_without_qrels: int = 0
-    judged_queries_not_in_run: int = 0
-    zero_filled: int = 0
-    repeating: int = 0
-    """Scored rankings that repeat an id among the ids they are scored on (their top
-    ``max(k, 10)``): convention 7 scores them, trec_eval refuses such a run."""
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "rollup",
+        "risk",
+        "judged_queries",  # judged query ids this run ranked at least once
+        # Query id -> sums of its metrics over its rankings, then their count (the
+        # last item): what :meth:`query_means` averages.
+        "per_query",
+        "results_without_qrels",
+        "judged_queries_not_in_run",
+        "zero_filled",
+        # Scored rankings that repeat an id among the ids they are scored on (their top
+        # ``max(k, 10)``): convention 7 scores them, trec_eval refuses such a run.
+        "repeating",
+    )
+
+    def __init__(self) -> None:
+        self.rollup = RunRollup()
+        self.risk = RunRiskCoverage()
+        self.judged_queries: set[str] = set()
+        self.per_query: dict[str, list[float]] = {}
+        self.results_without_qrels = 0
+        self.judged_queries_not_in_run = 0
+        self.zero_filled = 0
+        self.repeating = 0
 
     def add(
         self,
@@ -142,17 +164,29 @@ class RunEvaluation:
         return out
 
 
-@dataclass(slots=True)
-class Evaluation:
+class Evaluation(Record):
     """Every run of one evaluation, by run id, and the per-query rows if asked for."""
 
-    k: int
-    runs: dict[str, RunEvaluation] = field(default_factory=dict)
-    """In order of first appearance (the first is the baseline of comparisons)."""
-    results: list[ScoredRetrieval] | None = None
-    comparisons: dict[str, Any] | None = None
-    """:func:`scorer.analysis.significance.compare_with_baseline` of the runs, when there
-    are several."""
+    __slots__ = (  # noqa: RUF023  (in field order: the repr shows them so)
+        "k",
+        "runs",  # in order of first appearance (the first is the baseline of comparisons)
+        "results",
+        # compare_with_baseline (scorer.analysis.significance) of the runs, when there
+        # are several.
+        "comparisons",
+    )
+
+    def __init__(
+        self,
+        k: int,
+        runs: dict[str, RunEvaluation] | None = None,
+        results: list[ScoredRetrieval] | None = None,
+        comparisons: dict[str, Any] | None = None,
+    ) -> None:
+        self.k = k
+        self.runs = {} if runs is None else runs
+        self.results = results
+        self.comparisons = comparisons
 
     def as_json(self) -> dict[str, Any]:
         """``{"k", "runs": {runId: summary}}``, plus ``"comparisons"`` when several runs
