@@ -15,7 +15,6 @@ at the start of any file is dropped (Python would keep it in the first query id)
 from __future__ import annotations
 
 import gc
-import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -81,7 +80,9 @@ def open_binary(path: Path) -> BinaryIO:
 
 def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
     """The lines of ``raw`` (UTF-8, whole lines, the first numbered ``first``) as
-    :func:`open_text` would give them: universal newlines, ends kept.
+    :func:`open_text` would give them (universal newlines: ``\n``, ``\r\n`` or a
+    lone ``\r`` ends a line), without their ends. (A ``str.split`` is a third
+    of ``readlines``' time on a 100,000-line run.)
 
     Raises :class:`InputError` naming the line of the first byte that is not UTF-8.
     """
@@ -93,19 +94,26 @@ def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
         raise InputError(path, "is not UTF-8 text", line) from None
     if first == 1 and text.startswith(BOM):
         text = text[1:]
-    return io.StringIO(text, newline=None).readlines()
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if not lines[-1]:
+        lines.pop()  # after the last line's end, or an empty chunk
+    return lines
 
 
 def has_comments(raw: bytes | memoryview) -> bool:
     """Whether any line of ``raw`` (whole lines) is a comment (:data:`COMMENT` first)."""
     data = bytes(raw) if isinstance(raw, memoryview) else raw
+    if b"#" not in data:  # one fast byte search; most files have no # at all
+        return False
     return data.startswith((b"#", b"\xef\xbb\xbf#")) or b"\n#" in data or b"\r#" in data
 
 
 def blank_comments(lines: list[str]) -> list[str]:
     """``lines`` with each comment line made blank: skipped like one, and the lines
     after it keep their numbers for the errors that name them."""
-    return ["\n" if line.startswith(COMMENT) else line for line in lines]
+    return ["" if line.startswith(COMMENT) else line for line in lines]
 
 
 def detect_kind(path: Path) -> FileKind:

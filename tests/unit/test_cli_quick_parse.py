@@ -5,6 +5,7 @@ type are read quickly, without importing click."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -103,31 +104,55 @@ def test_every_option_is_declared_once_with_a_kind_both_parsers_read() -> None:
 
 
 def test_the_entry_point_scores_a_small_run_without_click_or_orjson() -> None:
+    """The entry point as the console script runs it (it ends the process itself,
+    skipping the interpreter's teardown): what ``-X importtime`` lists is what it
+    imported, and it prints what the click command prints."""
     script = (
         "import sys\n"
         "sys.argv = ['scorer', 'eval', sys.argv[1], sys.argv[2], '--format', 'json']\n"
         "from scorer.cli.entry import main\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as stop:\n"
-        "    assert stop.code == 0, stop.code\n"
-        "heavy = ['click', 'orjson', 'pyarrow', 'numpy', 'pydantic', 'rich',\n"
-        "         'dataclasses', 'inspect', 'typing']\n"
-        "print(sorted(name for name in heavy if name in sys.modules), file=sys.stderr)\n"
+        "main()\n"
+        "raise SystemExit(99)  # not reached: main ends the process\n"
     )
     completed = subprocess.run(
-        [sys.executable, "-c", script, str(EXAMPLES / "qrels.txt"), str(EXAMPLES / "run.txt")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert completed.stderr.strip() == "[]"
+        [sys.executable, "-X", "importtime", "-c", script, str(EXAMPLES / "qrels.txt"),
+         str(EXAMPLES / "run.txt")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines()}
+    assert "scorer.cli.eval_run" in imported  # the listing is real
+    heavy = {"click", "orjson", "pyarrow", "numpy", "pydantic", "rich"}
+    heavy |= {"dataclasses", "inspect", "typing"}  # scorer.core.record
+    assert heavy & imported == set()
     via_click = subprocess.run(
         [sys.executable, "-m", "scorer.cli", "eval", "--format", "json", "--html", "/dev/null",
          str(EXAMPLES / "qrels.txt"), str(EXAMPLES / "run.txt")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert completed.stdout == via_click.stdout
+    assert completed.stdout.startswith("{")
+
+
+def test_the_entry_point_flushes_before_it_ends_the_process(tmp_path: Path) -> None:
+    """Output redirected to a file (block-buffered) is written whole, and a bad
+    input still exits 2 with its one-line message."""
+    out = tmp_path / "out.json"
+    with out.open("w") as file:
+        done = subprocess.run(
+            [sys.executable, "-c", "from scorer.cli.entry import main; main()", "eval",
+             str(EXAMPLES / "qrels.txt"), str(EXAMPLES / "run.txt"), "--format", "json"],
+            stdout=file, stderr=subprocess.PIPE, text=True, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["k"] == 10
+    bad = subprocess.run(
+        [sys.executable, "-c", "from scorer.cli.entry import main; main()", "eval",
+         str(EXAMPLES / "run.txt"), str(EXAMPLES / "run.txt")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "run.txt" in bad.stderr
 
 
 def test_a_small_document_is_written_as_orjson_writes_it_and_a_nan_as_null() -> None:

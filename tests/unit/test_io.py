@@ -237,3 +237,20 @@ def test_missing_and_unreadable_files_are_input_errors(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage\n")
     with pytest.raises(InputError, match="is not UTF-8 text"):
         read_golden(binary)
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_the_line_reader_reads_every_line_end_and_numbers_lines_alike(
+    tmp_path: Path, end: str
+) -> None:
+    """Universal newlines, as trec_eval's fgets-and-strip reads CRLF files; a lone CR
+    ends a line too. Blank and comment lines are skipped but keep the numbering."""
+    lines = ["q1 Q0 a 1 2.0 r", "", "# a comment", "q1 Q0 b 2 3.0 r", "q2 Q0 c 1 1 r"]
+    path = write(tmp_path, "run.txt", end.join(lines) + end)
+    assert [(r.query_id, list(r.ranked), r.confidence) for r in iter_retrievals(path)] == [
+        ("q1", ["b", "a"], 3.0),
+        ("q2", ["c"], 1.0),
+    ]
+    bad = write(tmp_path, "bad.txt", end.join([*lines[:4], "q2 Q0 c 1", lines[4]]) + end)
+    with pytest.raises(InputError, match=r"bad\.txt:5: expected 6 columns"):
+        list(iter_retrievals(bad))
