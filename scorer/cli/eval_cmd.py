@@ -11,7 +11,6 @@ spelling click takes), and serves ``CliRunner`` and ``python -m scorer.cli``.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -48,7 +47,7 @@ def _click_type(option: Option) -> Any:
     if option.kind == "int":
         return int
     if option.kind == "file":
-        return click.Path(dir_okay=False, writable=True, path_type=Path)
+        return click.Path(dir_okay=False, writable=True, path_type=str)
     raise ValueError(f"option {option.dest}: no click type for kind {option.kind!r}")
 
 
@@ -65,9 +64,7 @@ def _click_option(option: Option) -> Any:
     )
 
 
-def _eval_command(
-    qrels: Path, runs: tuple[str, ...], html_path: Path | None, **options: Any
-) -> None:
+def _eval_command(qrels: str, runs: tuple[str, ...], html_path: str | None, **options: Any) -> None:
     """Score each RUN (a TREC run or JSONL results; - reads standard input) against
     QRELS (TREC qrels or a JSONL golden set): recall@k, precision@k, hit@k, MRR and
     nDCG@10 per run and per facet, and their risk-coverage (AURC, E-AURC of misses
@@ -93,7 +90,7 @@ def _build() -> click.Command:
     for option in reversed(OPTIONS):
         command = _click_option(option)(command)
     command = click.argument("runs", nargs=-1, required=True, metavar="RUN [RUN ...]")(command)
-    command = click.argument("qrels", type=click.Path(path_type=Path))(command)
+    command = click.argument("qrels", type=click.Path(path_type=str))(command)
     return click.command("eval")(command)
 
 

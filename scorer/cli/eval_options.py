@@ -21,7 +21,6 @@ Imports nothing beyond the standard library's already loaded modules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.core.record import Record
@@ -180,7 +179,7 @@ def reader(option: Option) -> Callable[[str], Any]:
         "unit": _unit,
         "count": _count,
         "int": int,
-        "file": Path,
+        "file": str,
     }
     return readers[option.kind]
 
@@ -223,7 +222,7 @@ def quick_parse(args: Sequence[str]) -> dict[str, Any] | None:
             return None
     if len(positional) < 2 or positional[1:].count(STDIN) > 1:
         return None
-    params: dict[str, Any] = {"qrels": Path(positional[0]), "runs": tuple(positional[1:])}
+    params: dict[str, Any] = {"qrels": positional[0], "runs": tuple(positional[1:])}
     for option in OPTIONS:
         if option.dest not in values:
             default = option.default

@@ -14,10 +14,10 @@ pydantic for JSONL, numpy for a large comparison's randomization test. scipy nev
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 from scorer.analysis.risk_coverage import LOSSES
 from scorer.cli.eval_options import STDIN
@@ -36,6 +36,8 @@ from scorer.offline.evaluation import (
 TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
 if TYPE_CHECKING:
     from typing import Any
+
+    from scorer.io.errors import StrPath
 
 PROGRESS_MIN_BYTES = 16 << 20
 """Run files smaller than this are scored before a progress bar would be seen."""
@@ -69,7 +71,7 @@ def dumps_document(document: dict[str, Any], large: bool) -> str:
 
 
 def run_eval(
-    qrels: Path,
+    qrels: StrPath,
     runs: Sequence[str],
     ks: list[int],
     complete: bool,
@@ -78,7 +80,7 @@ def run_eval(
     alpha: float,
     permutations: int,
     seed: int,
-    html_path: Path | None,
+    html_path: StrPath | None,
 ) -> int:
     """Score each run file against ``qrels`` and print the evaluation; the exit code."""
     try:
@@ -86,9 +88,7 @@ def run_eval(
         # collector's passes over them cost ~10% (measured).
         with gc_paused(), ExitStack() as stack:
             # A run big enough for pyarrow pays its import for the qrels too.
-            columnar = any(
-                run != STDIN and file_size(Path(run)) >= COLUMNAR_MIN_BYTES for run in runs
-            )
+            columnar = any(run != STDIN and file_size(run) >= COLUMNAR_MIN_BYTES for run in runs)
             golden: Golden | Callable[[], Golden]
             if columnar:
                 # Read in a thread while the first run's first chunk is parsed
@@ -133,12 +133,13 @@ def run_eval(
     return 0
 
 
-def _write_page(path: Path, document: dict[str, Any]) -> int:
+def _write_page(path: StrPath, document: dict[str, Any]) -> int:
     """The evals page with ``document`` embedded (scorer/page)."""
     from scorer.page import page_html
 
     try:
-        path.write_text(page_html(document), encoding="utf-8")
+        with open(path, "w", encoding="utf-8") as page:
+            page.write(page_html(document))
     except OSError as failure:
         say(f"cannot write the HTML report {path}: {failure.strerror}", err=True)
         return 2
@@ -147,12 +148,12 @@ def _write_page(path: Path, document: dict[str, Any]) -> int:
 
 
 @contextmanager
-def _run_file(run: str) -> Iterator[Path]:
+def _run_file(run: str) -> Iterator[str]:
     """The path of ``run``; standard input is first spooled to a temporary file
     (the readers detect a format from the first line, then read the file again),
     and its messages name it ``<stdin>``."""
     if run != STDIN:
-        yield Path(run)
+        yield run
         return
     import shutil
     import tempfile
@@ -162,7 +163,7 @@ def _run_file(run: str) -> Iterator[Path]:
         shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
         spool.flush()
         try:
-            yield Path(spool.name)
+            yield spool.name
         except InputError as error:
             raise InputError(STDIN_NAME, error.reason, error.line) from None
 
@@ -182,7 +183,7 @@ def _warn_about_repeated_ids(sources: Sequence[tuple[str, Sequence[Evaluation]]]
 
 
 def _warn_about_runs_sharing_no_query(
-    qrels: Path, sources: Sequence[tuple[str, Sequence[Evaluation]]]
+    qrels: StrPath, sources: Sequence[tuple[str, Sequence[Evaluation]]]
 ) -> None:
     """One line on stderr per run that shares no query id with the qrels: its
     means are over nothing (or only zeros with -c), which is almost always two
@@ -200,7 +201,7 @@ def _warn_about_runs_sharing_no_query(
 
 
 @contextmanager
-def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
+def _progress_bar(path: StrPath) -> Iterator[ProgressCallback | None]:
     """A progress callback drawing a bar on stderr, or None when it would not be seen
     (stderr is not a terminal, or the file is small)."""
     if file_size(path) < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
@@ -217,7 +218,7 @@ def _progress_bar(path: Path) -> Iterator[ProgressCallback | None]:
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"scoring {path.name}", total=file_size(path))
+        task = bar.add_task(f"scoring {os.path.basename(path)}", total=file_size(path))
         yield lambda done: bar.update(task, completed=done)
 
 

@@ -18,13 +18,14 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from pathlib import Path
 
 from scorer.io.errors import InputError
 
 TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
 if TYPE_CHECKING:
     from typing import BinaryIO, TextIO
+
+    from scorer.io.errors import StrPath
 
 
 class FileKind(StrEnum):
@@ -61,24 +62,24 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def open_text(path: Path) -> TextIO:
+def open_text(path: StrPath) -> TextIO:
     """``path`` opened for reading as UTF-8 text, or :class:`InputError` saying why not."""
     try:
-        return path.open(encoding="utf-8-sig")  # a BOM at the start is dropped
+        return open(path, encoding="utf-8-sig")  # a BOM at the start is dropped
     except OSError as error:
         raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
 
 
-def open_binary(path: Path) -> BinaryIO:
+def open_binary(path: StrPath) -> BinaryIO:
     """``path`` opened for reading bytes, unbuffered (reads go straight into the
     bytes they return), or :class:`InputError` saying why not."""
     try:
-        return path.open("rb", buffering=0)
+        return open(path, "rb", buffering=0)
     except OSError as error:
         raise InputError(path, f"cannot read the file: {error.strerror or error}") from None
 
 
-def decode_lines(path: Path, raw: bytes, first: int) -> list[str]:
+def decode_lines(path: StrPath, raw: bytes, first: int) -> list[str]:
     """The lines of ``raw`` (UTF-8, whole lines, the first numbered ``first``) as
     :func:`open_text` would give them (universal newlines: ``\n``, ``\r\n`` or a
     lone ``\r`` ends a line), without their ends. (A ``str.split`` is a third
@@ -116,7 +117,7 @@ def blank_comments(lines: list[str]) -> list[str]:
     return ["" if line.startswith(COMMENT) else line for line in lines]
 
 
-def detect_kind(path: Path) -> FileKind:
+def detect_kind(path: StrPath) -> FileKind:
     """The format of ``path``, from its first non-blank line.
 
     Raises :class:`InputError` when the file cannot be read, is empty (or blank),
@@ -132,7 +133,7 @@ def detect_kind(path: Path) -> FileKind:
     raise InputError(path, "file is empty (only blank or comment lines)")
 
 
-def _kind_of_line(path: Path, number: int, line: str) -> FileKind:
+def _kind_of_line(path: StrPath, number: int, line: str) -> FileKind:
     if line.lstrip().startswith("{"):
         import orjson  # only for JSONL: TREC files start faster without it
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from os import PathLike
+    from typing import TypeAlias
+
+    StrPath: TypeAlias = str | PathLike[str]
+    """A file's path as the offline readers take it: pathlib is not imported at start-up."""
 
 
 class InputError(Exception):
@@ -13,7 +19,7 @@ class InputError(Exception):
     (``file: what is wrong`` when no single line is at fault).
     """
 
-    def __init__(self, path: str | Path, reason: str, line: int | None = None) -> None:
+    def __init__(self, path: StrPath, reason: str, line: int | None = None) -> None:
         self.path = str(path)
         self.reason = reason
         self.line = line

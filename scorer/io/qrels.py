@@ -8,12 +8,16 @@ with the wire model :class:`schemas.GoldenQuery`, so they carry its bounds
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from scorer.core.metrics import MAX_GRADE
 from scorer.core.record import Record
 from scorer.io.detect import COMMENT, FileKind, detect_kind, gc_paused, open_binary, open_text
 from scorer.io.errors import InputError
+
+TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
+if TYPE_CHECKING:
+    from scorer.io.errors import StrPath
 
 COLUMNAR_MIN_BYTES = 16 << 20
 """Qrels files smaller than this (16 MiB) are read line by line, without pyarrow
@@ -34,7 +38,7 @@ Golden = dict[str, JudgedQuery]
 """Judged queries by query id."""
 
 
-def read_golden(path: Path, *, columnar: bool = False) -> Golden:
+def read_golden(path: StrPath, *, columnar: bool = False) -> Golden:
     """The judged queries of a TREC qrels file or a JSONL golden set (detected).
 
     ``columnar`` reads TREC qrels with pyarrow whatever their size (worth it when
@@ -52,7 +56,7 @@ def read_golden(path: Path, *, columnar: bool = False) -> Golden:
     raise InputError(path, f"is a {kind}, expected qrels (a TREC qrels file or a JSONL golden set)")
 
 
-def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
+def read_trec_qrels(path: StrPath, *, columnar: bool = False) -> Golden:
     """Judgments from TREC qrels lines ``qid iter docid grade``; ``iter`` is ignored.
 
     Blank lines and comment lines (``#`` first, as trec_eval reads them) are skipped.
@@ -67,14 +71,14 @@ def read_trec_qrels(path: Path, *, columnar: bool = False) -> Golden:
     return golden if golden is not None else _line_trec_qrels(path)
 
 
-def _size(path: Path) -> int:
+def _size(path: StrPath) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0  # the reader says why
 
 
-def _columnar_trec_qrels(path: Path) -> Golden | None:
+def _columnar_trec_qrels(path: StrPath) -> Golden | None:
     """The judgments of ``path`` read in chunks by pyarrow, or None for any file
     that is not clean (then :func:`_line_trec_qrels` accepts it or says why not)."""
     from scorer.io import columnar
@@ -99,7 +103,7 @@ def _columnar_trec_qrels(path: Path) -> Golden | None:
     return golden or None
 
 
-def _line_trec_qrels(path: Path) -> Golden:
+def _line_trec_qrels(path: StrPath) -> Golden:
     golden: Golden = {}
     qid = None
     qrels: dict[str, int] = {}
@@ -143,7 +147,7 @@ def _line_trec_qrels(path: Path) -> Golden:
     return golden
 
 
-def read_golden_jsonl(path: Path) -> Golden:
+def read_golden_jsonl(path: StrPath) -> Golden:
     """Judgments from a JSONL golden set: one :class:`schemas.GoldenQuery` per line.
 
     Blank lines are skipped; a query id that appears on two lines is an error.

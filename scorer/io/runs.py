@@ -26,7 +26,6 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import groupby, islice
 from operator import gt, itemgetter
-from pathlib import Path
 
 from scorer.core.record import Record
 from scorer.io.detect import (
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, TextIO, overload
 
     from scorer.io.columnar import RunBlock
+    from scorer.io.errors import StrPath
 
 Progress = Callable[[int], None]
 """Told how many bytes of the file have been read so far, once per chunk."""
@@ -112,7 +112,7 @@ class InterleavedRun(Exception):
     """
 
 
-def file_size(path: Path) -> int:
+def file_size(path: StrPath) -> int:
     """Size of ``path`` in bytes (0 when it cannot be read: the reader says why)."""
     try:
         return os.stat(path).st_size
@@ -121,7 +121,7 @@ def file_size(path: Path) -> int:
 
 
 def iter_retrievals(
-    path: Path, progress: Progress | None = None, *, merge_blocks: bool = False
+    path: StrPath, progress: Progress | None = None, *, merge_blocks: bool = False
 ) -> Iterator[Retrieval]:
     """The rankings of a TREC run or JSONL results file (detected from its content).
 
@@ -272,7 +272,9 @@ def _merged_trec_run(blocks: Iterator[RunBlock]) -> Iterator[Retrieval]:
         yield _retrieval(block)
 
 
-def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tuple[int, list[str]]]:
+def _chunks(
+    path: StrPath, text: TextIO, progress: Progress | None
+) -> Iterator[tuple[int, list[str]]]:
     """``(number of the first line, lines)`` chunk by chunk."""
     first = 1
     while True:
@@ -288,7 +290,7 @@ def _chunks(path: Path, text: TextIO, progress: Progress | None) -> Iterator[tup
             progress(text.buffer.tell())
 
 
-def _trec_run_blocks(path: Path, progress: Progress | None) -> Iterator[RunBlock]:
+def _trec_run_blocks(path: StrPath, progress: Progress | None) -> Iterator[RunBlock]:
     """The blocks of a TREC run, chunk by chunk: by :func:`columnar.run_blocks`
     where it can, else line by line (which also reports a malformed line)."""
     if file_size(path) < COLUMNAR_MIN_BYTES:
@@ -362,7 +364,7 @@ def _parsed_ahead(file: BinaryIO) -> Iterator[tuple[memoryview, tuple[list[RunBl
 
 
 def _blocks_of_checked_lines(
-    path: Path, first: int, lines: list[str], comments: bool = False
+    path: StrPath, first: int, lines: list[str], comments: bool = False
 ) -> list[RunBlock]:
     """The blocks of ``lines`` (numbered from ``first``; ``comments``: some are comment
     lines, which are skipped), or :class:`InputError` for the first malformed one."""
@@ -412,7 +414,7 @@ def _six_columns(line: str) -> list[str]:
     return line.split(None, RUN_COLUMNS)[:RUN_COLUMNS]
 
 
-def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
+def _raise_first_bad_line(path: StrPath, first: int, lines: list[str]) -> None:
     """Raise :class:`InputError` for the first malformed line (blank lines are fine)."""
     for number, line in enumerate(lines, first):
         columns = line.split()
@@ -433,7 +435,7 @@ def _raise_first_bad_line(path: Path, first: int, lines: list[str]) -> None:
             raise InputError(path, "score is not a finite number", number)
 
 
-def iter_results_jsonl(path: Path, progress: Progress | None = None) -> Iterator[Retrieval]:
+def iter_results_jsonl(path: StrPath, progress: Progress | None = None) -> Iterator[Retrieval]:
     """Rankings from JSONL results: one :class:`schemas.RetrievalResult` per line.
 
     Blank lines are skipped; an empty ``ranked`` list is a valid total miss; a

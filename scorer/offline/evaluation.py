@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
-from pathlib import Path
 
 from scorer.analysis.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_SEED
 from scorer.analysis.risk_coverage import LOSSES, RunRiskCoverage
@@ -50,6 +49,8 @@ from scorer.io import (
 TYPE_CHECKING = False  # typing is not imported at start-up (scorer.core.record)
 if TYPE_CHECKING:
     from typing import Any
+
+    from scorer.io.errors import StrPath
 
 ZERO = MetricValues(*(0 if m.integer else 0.0 for m in MEASURES))
 """The measures of an empty ranking: what ``complete`` gives a judged query a run lacks."""
@@ -383,7 +384,7 @@ def _account_for_missing(golden: Golden, evaluation: Evaluation, complete: bool)
 
 def evaluate_run_file(
     golden: Golden,
-    path: Path,
+    path: StrPath,
     *,
     k: int = 10,
     complete: bool = False,
@@ -402,7 +403,7 @@ def evaluate_run_file(
 
 def evaluate_run_file_cutoffs(
     golden: Golden | Callable[[], Golden],
-    path: Path,
+    path: StrPath,
     *,
     ks: Sequence[int],
     complete: bool = False,
@@ -431,7 +432,7 @@ def evaluate_run_file_cutoffs(
 
 
 def _first_ranking_then(
-    read_golden: Callable[[], Golden], path: Path, progress: Progress | None
+    read_golden: Callable[[], Golden], path: StrPath, progress: Progress | None
 ) -> tuple[Iterator[Retrieval], Golden]:
     """The rankings of ``path`` and ``read_golden()``, called once the first ranking
     has been read (an :class:`InputError` of the qrels wins over the run's)."""

@@ -6,6 +6,7 @@ type are read quickly, without importing click."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,16 +115,19 @@ def test_the_entry_point_scores_a_small_run_without_click_or_orjson() -> None:
         "main()\n"
         "raise SystemExit(99)  # not reached: main ends the process\n"
     )
+    # Without site (-S), as nothing of a plain install's start imports pathlib; the
+    # scorer from this checkout.
     completed = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", script, str(EXAMPLES / "qrels.txt"),
+        [sys.executable, "-S", "-X", "importtime", "-c", script, str(EXAMPLES / "qrels.txt"),
          str(EXAMPLES / "run.txt")],
         capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONPATH": str(EXAMPLES.parent)},
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines()}
     assert "scorer.cli.eval_run" in imported  # the listing is real
     heavy = {"click", "orjson", "pyarrow", "numpy", "pydantic", "rich"}
-    heavy |= {"dataclasses", "inspect", "typing"}  # scorer.core.record
+    heavy |= {"dataclasses", "inspect", "typing", "pathlib"}  # scorer.core.record
     assert heavy & imported == set()
     via_click = subprocess.run(
         [sys.executable, "-m", "scorer.cli", "eval", "--format", "json", "--html", "/dev/null",
