@@ -52,6 +52,15 @@ def main() -> None:
         table[golden.query_id] = orjson.loads(orjson.dumps(events.golden_entry(golden)))
     records = [payloads.result(f"r{i}", i) for i in range(args.results)]
     telemetry = Telemetry(["type", "popularity", "dynamism", "region"], 50)
+    try:  # the collector as the worker runs it once its tables are recovered
+        from scorer.stream.collector import settle_after_recovery
+    except ImportError:  # older checkouts: what their worker did
+        import gc
+
+        gc.freeze()
+        gc.set_threshold(10_000, *gc.get_threshold()[1:])
+    else:
+        settle_after_recovery()
     # Older checkouts: the stages by the names they had then.
     observe = getattr(telemetry, "observe_metrics", telemetry.observe_scored)
     state: dict = {}

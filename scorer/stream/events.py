@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
+from scorer.core.measures import GROUPS, each, unrolled
 from scorer.core.metrics import Judgments, MetricValues, score
 from scorer.stream.stored import (
     ParkedItem,
@@ -123,6 +124,61 @@ class Scored(NamedTuple):
     payload: bytes
     values: MetricValues
     facets: dict[str, str]
+    confidence: float | None = None
+    """The result's confidence (``RetrievalResult.top_confidence``)."""
+
+
+_scored_document = unrolled(
+    """
+def scored_document(result_id, run_id, query_id, facets, k, values, fingerprint, scored_at):
+    "The ScoredResult document, its keys in wire order (the timestamp and confidence follow)."
+    {values}, = values
+    return {{
+        "resultId": result_id,
+        "runId": run_id,
+        "queryId": query_id,
+        "facets": facets,
+        "k": k,
+        {groups},
+        "qrelsFingerprint": fingerprint,
+        "scorerVersion": VERSION,
+        "scoredAt": scored_at,
+    }}
+""".format(
+        values=each("v$"),
+        groups=",\n        ".join(
+            f"{group!r}: {{" + ", ".join(f"{m.wire!r}: v{m.slot}" for m in members) + "}"
+            for group, members in GROUPS.items()
+        ),
+    ),
+    "scored_document",
+    {"VERSION": __version__},
+)
+"""The scored document in one dict display, generated from the registry: what
+``{**values.as_wire(), ...}`` builds, without a comprehension per metric object and
+the merges (``score_result`` runs once per result)."""
+
+
+class JudgmentsCache:
+    """The :class:`Judgments` of each qrels table entry, made once per entry: a table
+    entry is replaced, never changed in place, when its golden set is published again,
+    so an entry that is still the same object still holds the same judgments. At most
+    ``limit`` entries are kept (past that it starts afresh)."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self._limit = limit
+        self._made: dict[str, tuple[Mapping[str, Any], Judgments]] = {}
+
+    def of(self, query_id: str, entry: Mapping[str, Any]) -> Judgments:
+        """The judgments of ``entry``, the table entry (decoded) of ``query_id``."""
+        made = self._made.get(query_id)
+        if made is not None and made[0] is entry:
+            return made[1]
+        if len(self._made) >= self._limit:
+            self._made = {}
+        judgments = judgments_of(entry)
+        self._made[query_id] = (entry, judgments)
+        return judgments
 
 
 def score_result(
@@ -130,6 +186,7 @@ def score_result(
     entry: Mapping[str, Any],
     default_k: int,
     now: datetime | str | None = None,
+    judgments: Judgments | None = None,
 ) -> Scored:
     """Score ``result`` against its query's table entry (decoded,
     ``stored.decode_qrels_entry``) into a ScoredResult.
@@ -137,27 +194,28 @@ def score_result(
     Facets of the golden set are overridden by those of the result; ``k`` is the
     result's own, else ``default_k``. ``now``: when it was scored (now if None),
     or that time already in ISO 8601 (a batch is scored at one time).
+    ``judgments``: the entry's, when the caller has them (:class:`JudgmentsCache`).
     """
     k = result.k or default_k
-    values = score(result.ranked, judgments_of(entry), k)
-    facets = {**entry["facets"], **(result.facets or {})}
-    document: dict[str, Any] = {
-        "resultId": result.result_id,
-        "runId": result.run_id,
-        "queryId": result.query_id,
-        "facets": facets,
-        "k": k,
-        **values.as_wire(),
-        "qrelsFingerprint": entry["fingerprint"],
-        "scorerVersion": __version__,
-        "scoredAt": now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),
-    }
+    values = score(result.ranked, judgments_of(entry) if judgments is None else judgments, k)
+    own = result.facets
+    facets = {**entry["facets"], **own} if own else dict(entry["facets"])
+    document = _scored_document(
+        result.result_id,
+        result.run_id,
+        result.query_id,
+        facets,
+        k,
+        values,
+        entry["fingerprint"],
+        now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),
+    )
     if result.timestamp is not None:
         document["timestamp"] = result.timestamp.isoformat()
     confidence = result.top_confidence()
     if confidence is not None:
         document["confidence"] = confidence
-    return Scored(payload=orjson.dumps(document), values=values, facets=facets)
+    return Scored(orjson.dumps(document), values, facets, confidence)
 
 
 def deadletter_headers(

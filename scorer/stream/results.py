@@ -64,6 +64,7 @@ class Scoring:
         self.settings = settings
         self.telemetry = telemetry
         self.pending = run_state.PendingRollups() if pending is None else pending
+        self.judgments = events.JudgmentsCache()
 
     def output(
         self,
@@ -79,14 +80,21 @@ class Scoring:
         ``scoredAt`` in ISO 8601 (now if None; a batch is scored at one time); ``counted``:
         False when the caller counts the scored results itself (a batch, at once)."""
         settings = self.settings
-        scored = events.score_result(result, entry, settings.default_retrieval_k, scored_at)
-        confidence = result.top_confidence()
+        query_id = result.query_id
+        scored = events.score_result(
+            result,
+            entry,
+            settings.default_retrieval_k,
+            scored_at,
+            self.judgments.of(query_id, entry),
+        )
+        confidence = scored.confidence
         self.pending.add_row(
             result.run_id.encode(),
             rollup_row(
                 position,
                 result.result_id,
-                result.query_id,
+                query_id,
                 list(scored.values),
                 scored.facets,
                 confidence,
@@ -99,7 +107,7 @@ class Scoring:
             telemetry.scored.inc()
         telemetry.observe_metrics(scored.values, scored.facets, confidence)
         telemetry.latency.observe(time.perf_counter() - started)
-        return Output(settings.scored_topic, result.query_id.encode(), scored.payload)
+        return Output(settings.scored_topic, query_id.encode(), scored.payload)
 
     def rollup_outputs(self, force: bool = False) -> list[Output]:
         """The pending rollup contributions as records of the rollup topic, one per input

@@ -144,8 +144,7 @@ class RollupFold:
             decoded=self._decoded,
         )
         for key, rows in decoded:
-            for row in rows:
-                batch.add_row(key, row)
+            batch.add_rows(key, rows)
         for key, entry in batch.queries.items():
             self.queries_out.set(key, entry, partition, outputs)
         if batch.seen:

@@ -30,7 +30,7 @@ earlier formats included, by ``scorer.stream.stored``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -160,6 +160,10 @@ class RunBatch:
         """Fold one scored result of the run ``run_key``: a row in the order of
         ``stored.RollupRow`` (a decoded rollup record's, ``stored.decode_rollup_record``);
         False if a duplicate."""
+        return self.add_rows(run_key, (row,)) == 1
+
+    def _open(self, run_key: bytes) -> dict[str, Any]:
+        """The state of run ``run_key`` in this batch: read and decoded at its first row."""
         state = self.runs.get(run_key)
         if state is None:
             stored = self.load_run(run_key)
@@ -172,47 +176,67 @@ class RunBatch:
             else:
                 self._rollups[run_key] = RunRollup.from_state(state["rollup"])
                 self._sketches[run_key] = RiskSketch.from_state(state["risk"])
-        topic, partition, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
-        stream = f"{topic}/{partition}"
-        if _at_or_below_mark(state, stream, offset, seq):
-            self.duplicates += 1
-            return False
+        return state
+
+    def add_rows(self, run_key: bytes, rows: Iterable[Sequence[Any]]) -> int:
+        """Fold the scored results ``rows`` of the run ``run_key`` in their order, each as
+        :meth:`add_row` would (a rollup record's rows: what the run's state, rollup,
+        sketch and trend are looked up for once); returns how many were counted."""
+        state = self._open(run_key)
         run_id = run_key.decode()
         watermarks = state["watermarks"]
-        if self.load_seen is not None:
-            seen_key = query_key(run_id, result_id)
-            earlier = self.seen[seen_key] if seen_key in self.seen else self.load_seen(seen_key)
-            if earlier is not None and counted_in(state, earlier):
-                # Its own redelivery must still be dropped by the watermark.
-                watermarks[stream] = [offset, seq]
-                self._changed.add(run_key)
-                self.resent += 1
-                return False
-            self.seen[seen_key] = SeenEntry(stream, offset, seq, self.now, self.partition)
-        self._rollups[run_key].add(values, facets)
-        if len(values) != _N:
-            values = values_of_row(values)
-        key = query_key(run_id, query_id)
-        tracked = self.queries[key] if key in self.queries else self.load_query(key)
-        if tracked is not None or state["queries"] < self.max_queries:
-            if tracked is None:
-                state["queries"] += 1
-            entry = fold_query(tracked, values, self.now)
-            if qrels is not None:
-                changed = track_golden_set(entry, qrels)
-                if changed:
-                    state["changedQrels"] += changed
-            self.queries[key] = entry
-        self._sketches[run_key].add(confidence, MetricValues(*values))
+        rollup, sketch = self._rollups[run_key], self._sketches[run_key]
+        load_seen, seen = self.load_seen, self.seen
+        queries, load_query, max_queries = self.queries, self.load_query, self.max_queries
+        now, partition = self.now, self.partition
         trend = self._trend.get(run_key)
-        if trend is None:
-            self._trend[run_key] = [1.0, values[NDCG_SLOT]]
-        else:
-            trend[0] += 1.0
-            trend[1] += values[NDCG_SLOT]
-        watermarks[stream] = [offset, seq]
-        self._changed.add(run_key)
-        return True
+        streams: dict[tuple[str, int], str] = {}
+        counted = 0
+        for row in rows:
+            topic, source, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
+            stream = streams.get((topic, source))
+            if stream is None:
+                stream = streams[(topic, source)] = f"{topic}/{source}"
+            mark = watermarks.get(stream)
+            if mark is not None and (offset, seq) <= tuple(mark):
+                self.duplicates += 1
+                continue
+            if load_seen is not None:
+                seen_key = f"{run_id}{_KEY_SEPARATOR}{result_id}"
+                earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
+                if earlier is not None and counted_in(state, earlier):
+                    # Its own redelivery must still be dropped by the watermark.
+                    watermarks[stream] = [offset, seq]
+                    self._changed.add(run_key)
+                    self.resent += 1
+                    continue
+                seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+            rollup.add(values, facets)
+            if len(values) != _N:
+                values = values_of_row(values)
+            key = f"{run_id}{_KEY_SEPARATOR}{query_id}"
+            tracked = queries[key] if key in queries else load_query(key)
+            if tracked is not None or state["queries"] < max_queries:
+                if tracked is None:
+                    state["queries"] += 1
+                entry = fold_query(tracked, values, now)
+                if qrels is not None:
+                    changed = track_golden_set(entry, qrels)
+                    if changed:
+                        state["changedQrels"] += changed
+                queries[key] = entry
+            # The sketch reads no values of a result without a confidence.
+            sketch.add(confidence, values if confidence is None else MetricValues(*values))
+            if trend is None:
+                trend = self._trend[run_key] = [1.0, values[NDCG_SLOT]]
+            else:
+                trend[0] += 1.0
+                trend[1] += values[NDCG_SLOT]
+            watermarks[stream] = [offset, seq]
+            counted += 1
+        if counted:
+            self._changed.add(run_key)
+        return counted
 
     def finish(self, updated_at: str) -> dict[bytes, dict[str, Any]]:
         """The run states to write (only those that changed), stamped ``updated_at``."""
@@ -271,9 +295,12 @@ def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
     return f"{partition}:{first_offset}:{now_ns}"
 
 
+_KEY_SEPARATOR = "\x1f"
+
+
 def query_key(run_id: str, query_id: str) -> str:
     """Key of a run's per-query scores (the separator cannot occur in JSON ids unescaped)."""
-    return f"{run_id}\x1f{query_id}"
+    return f"{run_id}{_KEY_SEPARATOR}{query_id}"
 
 
 _N = len(METRIC_NAMES)

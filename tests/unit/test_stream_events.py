@@ -35,6 +35,28 @@ def test_the_table_entry_holds_the_judgments_offline_scoring_prepares():
     assert events.judgments_of(stored) == Judgments.from_qrels(GOLDEN.qrels)
 
 
+def test_scored_document_has_the_wire_keys_in_order_and_the_metric_objects_of_as_wire():
+    entry = events.golden_entry(GOLDEN)
+    scored = events.score_result(result(confidence=0.5), entry, 10, "2026-01-01T00:00:00+00:00")
+    wire = orjson.loads(scored.payload)
+    assert list(wire) == [
+        "resultId", "runId", "queryId", "facets", "k", *scored.values.as_wire(),
+        "qrelsFingerprint", "scorerVersion", "scoredAt", "confidence",
+    ]  # fmt: skip
+    assert {group: wire[group] for group in scored.values.as_wire()} == scored.values.as_wire()
+    assert scored.confidence == 0.5
+
+
+def test_judgments_cache_makes_an_entrys_judgments_once_and_again_for_a_new_entry():
+    cache = events.JudgmentsCache()
+    entry = events.golden_entry(GOLDEN)
+    first = cache.of("q1", entry)
+    assert first == events.judgments_of(entry)
+    assert cache.of("q1", entry) is first
+    republished = events.golden_entry(GoldenQuery(query_id="q1", qrels={"A": 1}))
+    assert cache.of("q1", republished) == Judgments.from_qrels({"A": 1})
+
+
 def test_scored_result_matches_the_metric_core_and_the_wire_schema():
     entry = events.golden_entry(GOLDEN)
     scored = events.score_result(result(k=4), entry, default_k=10)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import logging
 import weakref
@@ -53,6 +52,7 @@ from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 from mode import Service
 
+from scorer.stream.collector import settle_after_recovery
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.recovery import Recovery, is_recoverable
 from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
@@ -217,10 +217,6 @@ class OpenGate:
 
 UNDECODABLE = (UnsupportedCodecError, CorruptRecordException)
 """What a fetched record batch raises when it is read and cannot be decoded."""
-
-YOUNG_GC_THRESHOLD = 10_000
-"""Allocations between collections of the youngest generation once the tables are
-recovered (CPython's default is 700)."""
 
 
 def stop_undecodable(
@@ -545,15 +541,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         input partition's ledger starts at its position."""
         await super().perform_seek()
         # The tables were just recovered: their entries live as long as the worker.
-        # Out of the collector's reach, full collections no longer walk them (measured
-        # in bench/stream.py: gen-2 pauses of 30-240 ms, 365-765 ms in all per run,
-        # fell to 100-160 ms; with a million judged queries they would take seconds).
-        gc.freeze()
-        # Each result makes a few hundred short-lived containers: with the default
-        # threshold (700) the youngest generation was collected every few results,
-        # about 3 µs a result in all; at 10,000 about 1 µs (the handlers measured
-        # alone), each collection still well under a millisecond.
-        gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
+        settle_after_recovery()
         inputs = self._input_partitions()
         unset = {tp for tp in inputs if not self._committed_offset.get(tp)}
         if not inputs:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import orjson
 from faust.serializers import codecs
 from faust.stores.memory import Store as MemoryStore
 from faust.types import ModelT
@@ -46,7 +47,12 @@ class ChangelogWriter:
     def get(self, key: Any) -> Any:
         """``table.get(key)``: the stored value, None when absent."""
         self.reads += 1
-        return self.table.data.get(key)
+        store = self.table.data
+        if type(store) is MemoryStore:
+            # Its plain dict: the store's own get is Mapping.get over FastUserDict's
+            # __getitem__, two Python calls a key (a few per scored result).
+            return store.data.get(key)
+        return store.get(key)
 
     def report(self, monitor: Any) -> None:
         """Add the operations since the last report to ``monitor``'s table counters."""
@@ -64,7 +70,11 @@ class ChangelogWriter:
     def set(self, key: Any, value: Any, partition: int, outputs: list[Output]) -> None:
         """``table[key] = value``, its changelog record appended to ``outputs``."""
         self.writes += 1
-        self.table.data[key] = value
+        store = self.table.data
+        if type(store) is MemoryStore:
+            store.data[key] = value  # what its __setitem__ does, without the call
+        else:
+            store[key] = value
         outputs.append(self._record(key, value, partition))
 
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
@@ -97,12 +107,15 @@ class ChangelogWriter:
                 None if isinstance(table.data, MemoryStore) else self._persisted,
             )
         name, encode_key, encode_value, on_sent = changelog
+        # Positional: a named tuple made with keywords costs twice as much.
         return Output(
             name,
             encode_key(key),
             None if value is None else encode_value(value),
-            partition=partition,
-            on_sent=on_sent,
+            None,
+            None,
+            partition,
+            on_sent,
         )
 
     def _persisted(self, future: Any) -> None:
@@ -145,8 +158,21 @@ def changelog_encoder(prepare: Any, serializer: Any, declared_type: Any) -> Any:
     ):
         return faust_path
     dumps = faust_json.dumps
+    direct = None
+    if getattr(faust_json, "orjson", None) is orjson:
+        # ``faust_json.dumps`` is then this very call (bytes out): made here without
+        # its wrapper, ``want_bytes`` and the model check for the types the worker's
+        # tables hold, which are never models.
+        direct = partial(
+            orjson.dumps,
+            default=faust_json.on_default,
+            option=orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z,
+        )
+    plain = (str, list, dict)
 
     def encode(obj: Any) -> Any:
+        if direct is not None and type(obj) in plain:
+            return direct(obj)
         if isinstance(obj, bytes):
             return obj
         if isinstance(obj, ModelT):
