@@ -221,6 +221,10 @@ TREC_EVAL_TOLERANCE = 5e-5
 STARTUP_SIZE = (50, 20)
 GNU_TIME = "/usr/bin/time"
 SCORER = str(Path(sys.executable).with_name("scorer"))
+"""The ``scorer`` timed: this interpreter's (``--scorer`` names another, e.g. a plain
+install's)."""
+FLOOR_PYTHON = sys.executable
+"""The interpreter of the ``python -c pass`` floor: the timed scorer's own."""
 PYTREC_SCRIPT = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT / "bench")!r})
@@ -350,7 +354,7 @@ def process_tools(
     if floor:
 
         def python_pass() -> tuple[Means, int]:
-            _, peak = run_process([[sys.executable, "-c", "pass"]])
+            _, peak = run_process([[FLOOR_PYTHON, "-c", "pass"]])
             return {}, peak
 
         tools[PYTHON_FLOOR] = python_pass
@@ -422,7 +426,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--all-peers", action="store_true", help="ranx, ir-measures end to end too")
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite '{SECTION}'")
+    parser.add_argument(
+        "--scorer",
+        type=Path,
+        help="time this scorer executable (e.g. a plain `pip install .` in a venv of its "
+        "own) against its own interpreter's `python -c pass`, instead of this checkout's",
+    )
     args = parser.parse_args()
+    global SCORER, FLOOR_PYTHON
+    if args.scorer is not None:
+        SCORER = str(args.scorer)
+        FLOOR_PYTHON = str(args.scorer.with_name("python"))
     warnings.simplefilter("ignore")  # numba's type-safety chatter from ranx
 
     if not Path(GNU_TIME).exists():
@@ -430,7 +444,8 @@ def main() -> None:
     trec_eval = build_trec_eval()
     rows: list[Row] = []
     sizes = [parse_size(size) for size in args.sizes.split(",")]
-    compile_bytecode()
+    if args.scorer is None:
+        compile_bytecode()
     rows += measure_examples(repeats=11)
     startup_qrels, startup_run = generate(*STARTUP_SIZE)
     label = f"start-up ({STARTUP_SIZE[0]}x{STARTUP_SIZE[1]})"
@@ -476,7 +491,7 @@ def measure_examples(repeats: int) -> list[Row]:
         return {}, peak
 
     def python_pass() -> tuple[Means, int]:
-        _, peak = run_process([[sys.executable, "-c", "pass"]])
+        _, peak = run_process([[FLOOR_PYTHON, "-c", "pass"]])
         return {}, peak
 
     timings = timed_round_robin(repeats, {"scorer": scorer, PYTHON_FLOOR: python_pass})
@@ -554,6 +569,8 @@ def measure_processes(
 
 def render(args: argparse.Namespace, rows: list[Row], with_trec_eval: bool) -> str:
     command = f"python bench/offline.py --sizes {args.sizes} --repeats {args.repeats}"
+    if args.scorer is not None:
+        command += f" --scorer {args.scorer}"
     if args.all_peers:
         command += " --all-peers"
     lines = [
