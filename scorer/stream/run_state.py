@@ -197,12 +197,11 @@ class RunBatch:
             stream = streams.get((topic, source))
             if stream is None:
                 stream = streams[(topic, source)] = f"{topic}/{source}"
-            mark = watermarks.get(stream)
-            if mark is not None and (offset, seq) <= tuple(mark):
+            if _at_or_below_mark(state, stream, offset, seq):
                 self.duplicates += 1
                 continue
             if load_seen is not None:
-                seen_key = f"{run_id}{_KEY_SEPARATOR}{result_id}"
+                seen_key = query_key(run_id, result_id)
                 earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
                 if earlier is not None and counted_in(state, earlier):
                     # Its own redelivery must still be dropped by the watermark.
@@ -214,7 +213,7 @@ class RunBatch:
             rollup.add(values, facets)
             if len(values) != _N:
                 values = values_of_row(values)
-            key = f"{run_id}{_KEY_SEPARATOR}{query_id}"
+            key = query_key(run_id, query_id)
             tracked = queries[key] if key in queries else load_query(key)
             if tracked is not None or state["queries"] < max_queries:
                 if tracked is None:
@@ -295,12 +294,9 @@ def seen_block_key(partition: int, first_offset: int, now_ns: int) -> str:
     return f"{partition}:{first_offset}:{now_ns}"
 
 
-_KEY_SEPARATOR = "\x1f"
-
-
 def query_key(run_id: str, query_id: str) -> str:
     """Key of a run's per-query scores (the separator cannot occur in JSON ids unescaped)."""
-    return f"{run_id}{_KEY_SEPARATOR}{query_id}"
+    return f"{run_id}\x1f{query_id}"
 
 
 _N = len(METRIC_NAMES)
