@@ -316,6 +316,13 @@ PYTHON_FLOOR = "python -c pass"
 """The start-up row's floor: the interpreter alone, no means to compare."""
 
 
+def python_pass() -> tuple[Means, int]:
+    """The start-up rows' floor: ``python -c pass`` of the timed scorer's interpreter
+    (no means; its peak RSS)."""
+    _, peak = run_process([[FLOOR_PYTHON, "-c", "pass"]])
+    return {}, peak
+
+
 def process_tools(
     qrels_path: Path, run_path: Path, trec_eval: Path | None, floor: bool = False
 ) -> dict[str, Callable[[], tuple[Means, int]]]:
@@ -352,11 +359,6 @@ def process_tools(
         tools["trec_eval (C)"] = c_trec_eval
     tools["pytrec_eval"] = pytrec
     if floor:
-
-        def python_pass() -> tuple[Means, int]:
-            _, peak = run_process([[FLOOR_PYTHON, "-c", "pass"]])
-            return {}, peak
-
         tools[PYTHON_FLOOR] = python_pass
     return tools
 
@@ -488,10 +490,6 @@ def measure_examples(repeats: int) -> list[Row]:
         (out,), peak = run_process([command])
         if "runs against bm25-v1" not in out:
             raise SystemExit(f"scorer eval on the examples printed no comparison:\n{out}")
-        return {}, peak
-
-    def python_pass() -> tuple[Means, int]:
-        _, peak = run_process([[FLOOR_PYTHON, "-c", "pass"]])
         return {}, peak
 
     timings = timed_round_robin(repeats, {"scorer": scorer, PYTHON_FLOOR: python_pass})
