@@ -65,9 +65,11 @@ from scorer.settings import Settings  # noqa: E402
 from scorer.stream.process import Worker, free_port  # noqa: E402
 
 PIPELINES = ("pipe", "pipe-eos", "faust", "scorer", "scorer-eos")
-EXTRA = ("pipe-eos-pp",)
+EXTRA = ("pipe-eos-pp", "pipe-x2")
 """Run only when named with ``--only``: ``pipe-eos`` with a transactional producer per
-input partition, as Faust's exactly_once has (``bench/stream_pipe.py``)."""
+input partition, as Faust's exactly_once has; ``pipe`` writing a second, small record
+per event, as the scorer writes a per-query changelog record beside each scored
+result (``bench/stream_pipe.py``)."""
 BASELINE = "scorer-base"
 """With ``--baseline DIR``: the at-least-once scorer of another checkout, beside this one."""
 SCORERS = ("scorer", "scorer-eos")
@@ -184,15 +186,23 @@ class Pipeline:
 
 
 def pipe_pipeline(
-    bootstrap: str, workdir: Path, exactly_once: bool = False, per_partition: bool = False
+    bootstrap: str,
+    workdir: Path,
+    exactly_once: bool = False,
+    per_partition: bool = False,
+    second_record: bool = False,
 ) -> Pipeline:
     process: list[subprocess.Popen[bytes]] = []
     name = ("pipe-eos-pp" if per_partition else "pipe-eos") if exactly_once else "pipe"
+    if second_record:
+        name = "pipe-x2"
     group = f"bench-{name}-{os.getpid()}"
     source, sink = f"bench.{name}.in", f"bench.{name}.out"
     mode = ["--exactly-once"] if exactly_once else []
     if per_partition:
         mode.append("--per-partition")
+    if second_record:
+        mode.append("--second-record")
 
     def start() -> int:
         log = (workdir / f"{name}.log").open("ab")
@@ -670,12 +680,20 @@ def write_section(path: Path, heading: str, body: str) -> None:
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
-def ab_table(results: dict[str, list[Figures]], loads: dict[float, float], baseline: str) -> str:
+def ab_table(
+    results: dict[str, list[Figures]],
+    loads: dict[float, float],
+    baseline: str,
+    exactly_once: bool = False,
+) -> str:
     """This scorer against the baseline's, repetition by repetition (they ran one after
-    the other in each), and the medians of the ratios."""
-    ours, theirs = results["scorer"], results[BASELINE]
+    the other in each), and the medians of the ratios; ``exactly_once``: both scorers
+    in that mode (``scorer-eos`` against the baseline)."""
+    ours = results["scorer-eos" if exactly_once else "scorer"]
+    theirs = results[BASELINE]
+    mode = "exactly_once" if exactly_once else "at-least-once"
     lines = [
-        f"\nscorer (this checkout) against {BASELINE} ({baseline}), at-least-once:",
+        f"\nscorer (this checkout) against {BASELINE} ({baseline}), {mode}:",
         "| rep | events/s | baseline | ratio | CPU µs | baseline | ratio | "
         + " | ".join(f"p99 @ {rate:,.0f}/s (baseline)" for rate in loads.values())
         + " |",
@@ -760,7 +778,7 @@ def main() -> None:
         "--only",
         choices=(*PIPELINES, *EXTRA, BASELINE),
         action="append",
-        help="run only these (pipe-eos-pp only when named)",
+        help="run only these (pipe-eos-pp and pipe-x2 only when named)",
     )
     parser.add_argument(
         "--baseline",
@@ -769,6 +787,11 @@ def main() -> None:
         help=f"also run the scorer of the checkout DIR ({BASELINE}, at-least-once) in every "
         "repetition, and print this scorer against it (an A/B on a noisy machine; "
         "`git worktree add DIR COMMIT`); docs/ are left alone",
+    )
+    parser.add_argument(
+        "--baseline-eos",
+        action="store_true",
+        help=f"with --baseline: {BASELINE} runs exactly_once and is compared with scorer-eos",
     )
     parser.add_argument(
         "--profile", type=Path, help="py-spy each throughput run into collapsed stacks here"
@@ -811,7 +834,11 @@ def main() -> None:
         }
         if args.baseline:
             scorers[BASELINE] = scorer_settings(
-                info.bootstrap, state_dir, BASELINE, partitions=args.partitions
+                info.bootstrap,
+                state_dir,
+                BASELINE,
+                partitions=args.partitions,
+                processing_guarantee="exactly_once" if args.baseline_eos else "at_least_once",
             )
         asyncio.run(
             create_topics(
@@ -819,9 +846,10 @@ def main() -> None:
                 args.partitions,
                 [
                     f"bench.{name}.{end}"
-                    for name in ("pipe", "pipe-eos", "pipe-eos-pp", "forward")
+                    for name in ("pipe", "pipe-eos", "pipe-eos-pp", "pipe-x2", "forward")
                     for end in ("in", "out")
-                ],
+                ]
+                + ["bench.pipe-x2.out.second"],
             )
         )
         for settings in scorers.values():
@@ -832,6 +860,7 @@ def main() -> None:
             "pipe-eos-pp": pipe_pipeline(
                 info.bootstrap, state_dir, exactly_once=True, per_partition=True
             ),
+            "pipe-x2": pipe_pipeline(info.bootstrap, state_dir, second_record=True),
             "faust": faust_pipeline(
                 info.bootstrap,
                 state_dir,
@@ -880,7 +909,7 @@ def main() -> None:
     finally:
         stop_broker(state_dir)
     if args.baseline:
-        print(ab_table(results, loads, str(args.baseline)))
+        print(ab_table(results, loads, str(args.baseline), args.baseline_eos))
     if set(only) != set(PIPELINES):
         for name in only:
             print(name, [(r.rate, r.cpu_us, r.latency) for r in results[name]])

@@ -9,6 +9,10 @@ The limit of this client stack here, with no framework:
   (its outputs and its offsets, committed as soon as they are sent): the plain
   transactional consume-transform-produce loop, whose outputs a read_committed
   reader sees only when their transaction commits;
+- ``--second-record``: at-least-once, and each event also writes a second, small
+  record (its key and seven floats, the size of the scorer's per-query changelog
+  record) to ``OUTPUT_TOPIC.second``: what a second record per event costs this
+  client stack, sent the same way as the first;
 - ``--exactly-once --per-partition``: the same, with a transactional producer
   per input partition (``GROUP_ID-tx-PARTITION``), as Faust runs exactly_once
   (aiokafka 0.14 has no KIP-447 group metadata in ``TxnOffsetCommit``, so a
@@ -18,7 +22,7 @@ The limit of this client stack here, with no framework:
 Runs until SIGTERM, then commits and stops.
 
     python bench/stream_pipe.py BOOTSTRAP INPUT_TOPIC OUTPUT_TOPIC GROUP_ID \
-        [--exactly-once [--per-partition]]
+        [--second-record | --exactly-once [--per-partition]]
 """
 
 from __future__ import annotations
@@ -58,14 +62,19 @@ def input_consumer(
     )
 
 
-async def pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
-    """The at-least-once pipe."""
+SECOND_VALUE = orjson.dumps([0.123456789012345] * 7)
+"""The second record's value (``--second-record``): a per-query entry's size."""
+
+
+async def pipe(bootstrap: str, source: str, sink: str, group_id: str, second: bool = False) -> None:
+    """The at-least-once pipe; ``second``: each event also writes a second record."""
     stopping = stop_on_signals()
     consumer = input_consumer(bootstrap, source, group_id, "read_uncommitted")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await consumer.start()
     await producer.start()
     last_commit = time.monotonic()
+    second_sink = f"{sink}.second"
     pending: list[asyncio.Future[object]] = []
     try:
         while not stopping.is_set():
@@ -76,6 +85,10 @@ async def pipe(bootstrap: str, source: str, sink: str, group_id: str) -> None:
                     pending.append(
                         await producer.send(sink, key=record.key, value=orjson.dumps(event))
                     )
+                    if second:
+                        pending.append(
+                            await producer.send(second_sink, key=record.key, value=SECOND_VALUE)
+                        )
             if len(pending) > 10_000 or time.monotonic() - last_commit >= COMMIT_INTERVAL:
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -152,6 +165,10 @@ async def per_partition_pipe(bootstrap: str, source: str, sink: str, group_id: s
 if __name__ == "__main__":
     arguments = sys.argv[1:]
     loop_of = pipe
+    if "--second-record" in arguments:
+        arguments.remove("--second-record")
+        asyncio.run(pipe(*arguments[:4], second=True))
+        sys.exit(0)
     if "--exactly-once" in arguments:
         arguments.remove("--exactly-once")
         loop_of = transactional_pipe
