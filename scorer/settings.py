@@ -182,6 +182,17 @@ class Settings(BaseSettings):
             "backlog. 0: commit on the interval only."
         ),
     )
+    caught_up_lag_records: int = Field(
+        500,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "Under exactly_once, how far (in records) each input partition may be from its "
+            "end, as of its last fetch, for the worker to count as caught up and commit "
+            "at once (caught_up_commit_seconds): under a steady load the next fetch has "
+            "usually moved the end on already. 0: only at the very end."
+        ),
+    )
     kafka_fetch_max_wait_ms: int = Field(
         100,
         ge=1,

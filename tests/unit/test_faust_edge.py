@@ -665,11 +665,13 @@ def assign(
 
 
 def caught_up_consumer(
-    ends: dict[TopicPartition, int | None], isolation: str = "read_committed"
+    ends: dict[TopicPartition, int | None], isolation: str = "read_committed", lag: int = 0
 ) -> tuple[GuardedConsumer, SubscriptionState]:
     """A stand-in consumer over a real aiokafka subscription whose partitions' last
-    fetch responses gave ``ends`` (the last stable offset, or the high watermark)."""
+    fetch responses gave ``ends`` (the last stable offset, or the high watermark),
+    counting a partition caught up up to ``lag`` records from its end."""
     consumer, _ = batch_consumer(StandInGate())
+    consumer.caught_up_lag = lag
     subscription = SubscriptionState()
     assign(subscription, ends, isolation)
     consumer._thread = SimpleNamespace(  # type: ignore[assignment]
@@ -705,6 +707,37 @@ def test_caught_up_means_every_input_partition_handed_over_to_its_end(isolation:
         consumer, _ = caught_up_consumer({RESULTS[0]: None, RESULTS[1]: 0}, isolation)
         consumer.ledger.started(RESULTS[0], 0)
         assert not consumer._caught_up()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_a_partition_a_few_records_from_its_end_counts_as_caught_up(isolation: str) -> None:
+    """Under load the consumer thread's next fetch response has often moved a
+    partition's end past what was handed over: up to ``caught_up_lag`` records behind
+    it still counts (those records go in the next transaction), more does not."""
+
+    async def scenario() -> None:
+        consumer, subscription = caught_up_consumer(
+            {RESULTS[0]: 110, RESULTS[1]: 40}, isolation, lag=50
+        )
+        for tp in RESULTS:
+            consumer.ledger.started(tp, 0)
+        await consumer._deliver_all({RESULTS[0]: batch(0, 49)})
+        assert not consumer._caught_up()  # results/0: 60 behind its end of 110
+        await consumer._deliver_all({RESULTS[0]: batch(50, 59)})
+        assert consumer._caught_up()  # 50 behind; results/1: 40 behind, none handed over
+        state = subscription.subscription.assignment.state_value(RESULTS[1])
+        if isolation == "read_committed":
+            state.lso = 51
+        else:
+            state.highwater = 51
+        assert not consumer._caught_up()  # results/1: 51 behind
+        consumer.caught_up_lag = 0
+        await consumer._deliver_all({RESULTS[1]: batch(0, 50)})
+        assert not consumer._caught_up()  # at 0: only partitions read to their very ends
+        await consumer._deliver_all({RESULTS[0]: batch(60, 109)})
+        assert consumer._caught_up()
 
     asyncio.run(scenario())
 

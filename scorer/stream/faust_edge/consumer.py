@@ -471,6 +471,10 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
     """Under exactly_once: once the input partitions (but the background topics') are
     read to their ends, a booked batch is committed at once, at most once per this
     many seconds (None: only Faust's commit timer). See :meth:`_caught_up_commits`."""
+    caught_up_lag = 0
+    """With :attr:`caught_up_commit_seconds`: an input partition at most this many
+    records from its end as of its last fetch response counts as read to its end (see
+    :meth:`_caught_up`)."""
     stop_barrier: GracefulStop | None = None
     """Under exactly_once: the stop barrier the transactional sends respect."""
     recovery: Recovery
@@ -518,6 +522,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
             edge.transactions.stop_revoked_producers(self.transactions)
             if edge.config.caught_up_commit_seconds > 0:
                 self.caught_up_commit_seconds = edge.config.caught_up_commit_seconds
+                self.caught_up_lag = edge.config.caught_up_lag_records
         else:
             self.gate = OpenGate()
 
@@ -962,7 +967,15 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
     def _caught_up(self) -> bool:
         """Whether every input partition but the background topics' was handed over up
         to its end (its last stable offset under ``read_committed``, else its high
-        watermark) as of its last fetch response."""
+        watermark) as of its last fetch response, or to within :attr:`caught_up_lag`
+        records of it.
+
+        The consumer thread fetches ahead: under a steady load the next fetch response
+        has usually moved a partition's end on by the time this batch is handed over,
+        and a worker that waited for the very end would commit on the commit timer
+        instead (half its interval on average); the records behind go in the next
+        transaction either way. A backlog is far more than the lag, so it goes on
+        committing on the timer, as many batches at a time as arrive."""
         consumer = self._thread._consumer
         subscription = None if consumer is None else consumer._subscription.subscription
         assignment = None if subscription is None else subscription.assignment
@@ -977,7 +990,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
             if state is None:
                 continue  # revoked: not this worker's to read
             end = state.lso if committed_only else state.highwater
-            if end is None or ledger.expected < end:
+            if end is None or end - ledger.expected > self.caught_up_lag:
                 return False
         return True
 

@@ -37,6 +37,8 @@ class EdgeConfig:
     caught_up_commit_seconds: float = 0.0
     """Under exactly_once, a worker that has caught up commits its batches at once, at
     most this often (0: only on Faust's timer)."""
+    caught_up_lag_records: int = 0
+    """How many records from its end an input partition counts as caught up."""
     batch_max_records: int | None = None
     """A routed topic's fetched batches are handed over in parts of at most this many
     records (None: whole), but the background topics'."""
@@ -48,6 +50,7 @@ class EdgeConfig:
             fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
             stop_timeout_seconds=settings.stop_timeout_seconds,
             caught_up_commit_seconds=settings.caught_up_commit_seconds,
+            caught_up_lag_records=settings.caught_up_lag_records,
             batch_max_records=settings.batch_max_records,
         )
 
