@@ -470,6 +470,31 @@ def test_an_output_goes_to_the_transaction_of_the_input_that_produced_it() -> No
     assert [sent[3] for sent in at_least_once.app.producer.sent] == ["aiokafka", "aiokafka"]
 
 
+def test_an_output_whose_transaction_producer_was_stopped_asks_for_a_rebuild() -> None:
+    """A rollup contribution queued before a rebalance whose revoke Faust did not commit
+    (a worker woken from a freeze past its session timeout) waits for the producer of
+    a partition that was revoked since: the worker used to crash on it (exit 1, a CI
+    churn run); now nothing more is sent and the app is rebuilt."""
+    consumer, _ = batch_consumer(StandInGate())
+    del consumer.transaction_appender  # the real lookup, in Faust's producer's tables
+    consumer.app.producer._transaction_producers = {}
+    consumer.app.producer._trn_locks = {}
+    stops: list[str] = []
+    consumer.recovery = Recovery(exactly_once=True)
+    consumer.recovery.stop_with(lambda: stops.append("stop"))
+    outputs = [Output("rollup", b"run", b"contribution", source=RESULTS[0])]
+    asyncio.run(consumer.send_outputs(RESULTS[1], outputs))
+    assert consumer.app.producer.sent == []
+    assert stops == ["stop"]
+    assert consumer.recovery.requested == (
+        "send in app-1-0: TransactionProducerGone: no transactional producer app-1-0: "
+        "its input partition was revoked"
+    )
+    # What was not sent is not sent later by this app either: the next one resends it.
+    asyncio.run(consumer.send_outputs(RESULTS[1], outputs))
+    assert consumer.app.producer.sent == [] and stops == ["stop"]
+
+
 def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> None:
     consumer, seen = batch_consumer()
     consumer.ledger.started(RESULTS[0], 0)

@@ -19,7 +19,12 @@ from aiokafka.errors import (
 )
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scorer.stream.faust_edge.recovery import Recovery, RecoveryCollector, is_recoverable
+from scorer.stream.faust_edge.recovery import (
+    Recovery,
+    RecoveryCollector,
+    TransactionProducerGone,
+    is_recoverable,
+)
 
 
 @pytest.mark.parametrize(
@@ -27,6 +32,7 @@ from scorer.stream.faust_edge.recovery import Recovery, RecoveryCollector, is_re
     [
         (ProducerFenced(), True, True),
         (IllegalOperation("Can't send messages while not in transaction"), True, True),
+        (TransactionProducerGone("its input partition was revoked"), True, True),
         # No transaction to lose under at-least-once: the same error is a bug there.
         (ProducerFenced(), False, False),
         (IllegalOperation("x"), False, False),

@@ -54,7 +54,7 @@ from mode import Service
 
 from scorer.stream.collector import settle_after_recovery
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
-from scorer.stream.faust_edge.recovery import Recovery, is_recoverable
+from scorer.stream.faust_edge.recovery import Recovery, TransactionProducerGone, is_recoverable
 from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
 from scorer.stream.faust_edge.sending import Appender
 from scorer.stream.faust_edge.stopping import CommitsOnceAtStop, GracefulStop
@@ -1059,7 +1059,11 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         producer = self.app.producer
         client = producer._transaction_producers.get(transactional_id)
         if client is None:
-            raise RuntimeError(f"No transaction producer found for: {transactional_id}")
+            # A rebuild, not a crash (a worker exited 1 on it in a CI churn run): the
+            # fresh app restores its tables as committed and reads what it owns again.
+            raise TransactionProducerGone(
+                f"no transactional producer {transactional_id}: its input partition was revoked"
+            )
         if self._transaction_appenders is None:
             self._transaction_appenders = {}
         appender = self._transaction_appenders.get(transactional_id)

@@ -54,6 +54,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
 
+
+class TransactionProducerGone(Exception):
+    """Under exactly_once: an output's transaction is no longer this app's to write.
+    The transactional producer of the input partition that produced it was stopped:
+    the partition was revoked while the output waited to be sent (a rollup
+    contribution queued before a rebalance whose revoke Faust did not commit, as
+    when a worker wakes from a freeze past its session timeout with its membership
+    gone). That transaction ended without the output, aborted by the partition's
+    new owner, which processes its input again from the committed offset."""
+
+
 TRANSACTION_LOST: tuple[type[BaseException], ...] = (
     ProducerFenced,
     InvalidProducerEpoch,
@@ -62,6 +73,7 @@ TRANSACTION_LOST: tuple[type[BaseException], ...] = (
     UnknownProducerId,
     OutOfOrderSequenceNumber,
     IllegalOperation,  # a send or commit after the transaction ended (fenced, aborted)
+    TransactionProducerGone,
 )
 """Under exactly_once: the transaction this worker had open is gone, its records will
 never commit; a new producer with the same transactional id starts clean."""
