@@ -41,6 +41,7 @@ import pytest
 
 from scorer.kafka.launcher import broker_status, start_broker, stop_broker
 from scorer.kafka.topics import ensure_topics
+from scorer.settings import Settings
 from scorer.stream import run_state
 from scorer.stream.stored import decode_rollup_record
 from tests.integration.test_reliability import (
@@ -57,7 +58,14 @@ from tests.integration.test_reliability import (
 )
 from tests.integration.test_worker import wait_for
 from tests.support.kafka import settings_for
-from tests.support.worker import SCORER, Worker, free_port, read_topic, wait_all_committed
+from tests.support.worker import (
+    SCORER,
+    Worker,
+    free_port,
+    read_topic,
+    wait_all_committed,
+    wait_for_open_transaction,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -490,15 +498,53 @@ def assert_exact_in_the_same_process(
 
 TRANSACTION_TIMEOUT = 60.0
 """aiokafka's ``transaction_timeout_ms`` default, which Faust does not change."""
+ABORT_SCAN = 10.0
+"""How often the broker's transaction coordinator aborts the transactions that
+outlived their timeout (``transaction.abort.timed.out.transaction.cleanup.interval.ms``,
+its default)."""
+
+
+def freeze_broker_then_worker(
+    state_dir: Path, cluster: Cluster, worker: Worker, settings: Settings
+) -> None:
+    """The broker frozen past the transaction timeout, and the worker frozen across the
+    broker's wake (a host paused whole, its processes woken one by one) until the
+    coordinator's abort scan has run. Under exactly_once the freeze begins while a
+    transaction of scored records is open on the broker, so that the scan aborts it
+    for sure. Before, the rebuild this test checks went unseen (in CI, and here twice
+    in two runs): the freeze fell where the broker had no transaction open yet (the
+    worker's next records, or its commit's, reached it only once it woke, in a
+    transaction begun then), or the worker's queued commit reached the woken broker
+    before the scan."""
+    info = broker_status(state_dir)
+    assert info is not None and worker.process is not None
+    if settings.processing_guarantee == "exactly_once":
+        partitions = wait_for_open_transaction(settings, settings.scored_topic)
+        cluster.note(f"transaction open on scored partitions {sorted(partitions)}")
+    seconds = TRANSACTION_TIMEOUT + 15
+    cluster.note(f"SIGSTOP broker for {seconds:.0f}s")
+    os.kill(info.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+        cluster.note(f"SIGSTOP worker for {ABORT_SCAN + 5:.0f}s, SIGCONT broker")
+        worker.process.send_signal(signal.SIGSTOP)
+    finally:
+        os.kill(info.pid, signal.SIGCONT)
+    try:
+        time.sleep(ABORT_SCAN + 5)
+    finally:
+        worker.process.send_signal(signal.SIGCONT)
+    cluster.note("SIGCONT worker")
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_a_broker_frozen_past_the_transaction_timeout_is_ridden_out_in_process(
     tmp_path: Path, guarantee: str
 ) -> None:
-    """The broker frozen 75 s, past the transaction timeout (and every client timeout):
-    under exactly_once the broker aborts the open transactions when it wakes and the
-    worker's producers are fenced; it used to exit 1 (then lost nothing once restarted
+    """The broker frozen 75 s, past the transaction timeout (and every client timeout),
+    the worker frozen across its wake (``freeze_broker_then_worker``): under
+    exactly_once the broker aborts the open transactions and the worker's producers
+    are fenced; it used to exit 1 (then lost nothing once restarted
     by a supervisor). Now it rebuilds its app in the same process: same pid, nothing
     lost, no duplicate read_committed, the run API equal to ``scorer eval``."""
     broker_state = tmp_path / "broker"
@@ -530,7 +576,7 @@ def test_a_broker_frozen_past_the_transaction_timeout_is_ridden_out_in_process(
         feeder = Feeder(settings, keyed(settings.results_topic, results), rate=100.0)
         feeder.start()
         time.sleep(8.0)
-        freeze_broker(broker_state, TRANSACTION_TIMEOUT + 15, cluster)
+        freeze_broker_then_worker(broker_state, cluster, worker, settings)
         feeder.join_checked(300)
         worker.wait_ready(180)
         cluster.note("ready")

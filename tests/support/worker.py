@@ -21,6 +21,7 @@ __all__ = [
     "read_topic",
     "uncommitted_records",
     "wait_all_committed",
+    "wait_for_open_transaction",
     "worker_env",
 ]
 
@@ -125,3 +126,41 @@ def wait_all_committed(settings: Settings, timeout: float = 60.0) -> None:
         time.sleep(0.25)
     if left:
         raise AssertionError(f"after {timeout:.0f} s, records still not committed: {left}")
+
+
+def wait_for_open_transaction(settings: Settings, topic: str, timeout: float = 30.0) -> set[int]:
+    """Wait until a transaction with records of ``topic`` is open on the broker (some
+    partition's high watermark past its last stable offset) and return those
+    partitions: a freeze that begins now holds a transaction the broker began."""
+
+    partitions = [
+        TopicPartition(report.name, partition.partition)
+        for report in describe_topics(settings, [topic])
+        for partition in report.partitions
+    ]
+
+    async def run() -> set[int]:
+        ends = {}
+        for isolation in ("read_uncommitted", "read_committed"):
+            ends[isolation] = AIOKafkaConsumer(
+                **settings.aiokafka_options(),
+                group_id=None,
+                enable_auto_commit=False,
+                isolation_level=isolation,
+            )
+            await ends[isolation].start()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                high = await ends["read_uncommitted"].end_offsets(partitions)
+                stable = await ends["read_committed"].end_offsets(partitions)
+                open_ = {tp.partition for tp in partitions if high[tp] > stable[tp]}
+                if open_:
+                    return open_
+                await asyncio.sleep(0.05)
+        finally:
+            for consumer in ends.values():
+                await consumer.stop()
+        raise AssertionError(f"no transaction of {topic} open on the broker in {timeout:.0f} s")
+
+    return asyncio.run(run())
