@@ -2,7 +2,8 @@
 
 Tables cannot be written outside a stream, so a timer finds the queries whose
 oldest parked result is past ``parking_ttl_seconds`` and sends an expiry
-command to an internal topic, on the query's own partition; an agent there
+command to an internal topic, on the query's own partition (outside any
+transaction, under exactly_once too: the command is idempotent); an agent there
 moves the expired results to unjudged (one command per query until handled, sent
 again if still parked long after). Only the partitions this worker owns are swept:
 the table also holds the standby copies of other workers' partitions.
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from scorer.stream import events
+from scorer.stream.outputs import Output
 from scorer.stream.parts import StreamParts
 from scorer.stream.stored import decode_parked, encode_parked
 
@@ -44,6 +46,7 @@ def register(parts: StreamParts) -> None:
             telemetry.parked.set(parts.parked.add(-len(expired)))
             telemetry.count_unjudged(len(expired))
 
+    expiry_name = parts.expiry_topic.get_topic_name()
     interval = min(1.0, settings.parking_ttl_seconds / 4)
     # A command whose query is still parked this long after it was sent is sent again:
     # its partition may have moved away and back before the command was handled
@@ -70,7 +73,8 @@ def register(parts: StreamParts) -> None:
                 sent is None or now - sent >= resend_after
             ):
                 expiring[query_id] = now
-                await parts.expiry_topic.send(
-                    key=query_id.encode(), value=b"", partition=items[0].partition
+                # Outside the transactions: see GuardedConsumer.send_command.
+                await parts.edge.send_command(
+                    Output(expiry_name, query_id.encode(), b"", partition=items[0].partition)
                 )
         telemetry.parked.set(parts.parked.reset(total))

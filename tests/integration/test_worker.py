@@ -202,6 +202,41 @@ def test_results_without_qrels_are_unjudged_after_the_ttl(worker, settings):
     assert_every_input_accounted(worker)
 
 
+def test_results_without_qrels_are_unjudged_after_the_ttl_under_exactly_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """With no input after it: the expiry command went in the transaction of its
+    partition, which nothing committed once the inputs stopped; the result stayed
+    parked, the transaction timed out and the worker's later commands failed."""
+    settings = settings_for(
+        kafka_bootstrap,
+        tmp_path,
+        partitions=3,
+        parking_ttl_seconds=TTL,
+        processing_guarantee="exactly_once",
+    )
+    ensure_topics(settings)
+    worker = Worker(settings, tmp_path).start()
+    try:
+        results = [
+            RetrievalResult(
+                result_id=f"lonely-{n}", run_id="r", query_id=f"lonely-{n}", ranked=["a"]
+            )
+            for n in range(3)
+        ]
+        produce(
+            settings, [(r.query_id, r.to_json_bytes(), settings.results_topic) for r in results]
+        )
+        wait_for(lambda: outcomes(worker)["parked"] == 3, what="3 parked")
+        started = time.monotonic()
+        wait_for(lambda: outcomes(worker)["unjudged"] == 3, timeout=TTL + 15, what="3 unjudged")
+        assert time.monotonic() - started >= TTL - 2.0
+        assert outcomes(worker)["parked"] == 0
+        assert_every_input_accounted(worker)
+    finally:
+        worker.stop()
+
+
 def test_bad_events_go_to_the_dead_letter_topic_and_scoring_goes_on(worker, settings):
     good = GoldenQuery(query_id="dl-q", qrels={"a": 2})
     too_long = orjson.dumps(

@@ -495,6 +495,35 @@ def test_an_output_whose_transaction_producer_was_stopped_asks_for_a_rebuild() -
     assert consumer.app.producer.sent == [] and stops == ["stop"]
 
 
+def test_a_command_goes_outside_every_transaction_and_a_failed_one_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A parked query's expiry command, under exactly_once too: in its destination
+    partition's transaction (Faust's topic.send) it stayed unseen until an input of
+    that partition came, and none came once the inputs stopped."""
+    consumer, _ = batch_consumer(StandInGate(), failing={b"lost"})
+    consumer.recovery = Recovery(exactly_once=True)
+
+    async def send() -> None:
+        await consumer.send_command(Output("expiry", b"q-1", b"", partition=3))
+        await consumer.send_command(Output("expiry", b"q-2", b"lost", partition=1))
+        await asyncio.sleep(0)  # the done callbacks
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(send())
+    assert consumer.app.producer.sent == [
+        ("expiry", b"", 3, "aiokafka"),
+        ("expiry", b"lost", 1, "aiokafka"),
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "A command record was not delivered (RuntimeError('broker said no')); it is sent "
+        "again until handled"
+    ]
+    consumer.recovery.request(ProducerFenced(), "commit")
+    asyncio.run(consumer.send_command(Output("expiry", b"q-3", b"", partition=0)))
+    assert len(consumer.app.producer.sent) == 2  # the next app sends it
+
+
 def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> None:
     consumer, seen = batch_consumer()
     consumer.ledger.started(RESULTS[0], 0)

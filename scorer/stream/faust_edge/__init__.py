@@ -107,6 +107,11 @@ class Edge:
         (``GuardedConsumer.send_outputs``)."""
         await self.app.consumer.send_outputs(source, [output])
 
+    async def send_command(self, output: Output) -> None:
+        """Send a command of the worker to itself outside every transaction
+        (``GuardedConsumer.send_command``): its handler must be idempotent."""
+        await self.app.consumer.send_command(output)
+
     async def send_all(self, outputs: list[Output]) -> None:
         """Send ``outputs`` (each with its ``source``) in one call: they reach each
         partition in their order, before any output sent after this call began."""

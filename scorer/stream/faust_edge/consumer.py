@@ -1123,8 +1123,29 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         await self.appender().producer.flush()
         return self.deliveries.error is None and self.recovery.requested is None
 
+    async def send_command(self, output: Output) -> None:
+        """Send ``output`` outside every transaction, whatever the guarantee: a command
+        of the worker to itself (a parked query's expiry), which its handler makes
+        idempotent and its sender sends again until it is handled. A failed send is
+        logged (WARNING) and left to that resend.
+
+        Under exactly_once Faust's ``topic.send`` put such a record in the
+        transaction of its destination partition, which commits only with an input
+        offset of that partition: once that partition's inputs stopped, the command
+        stayed invisible to read_committed readers, the transaction timed out,
+        its producer was fenced and every later command failed the same way (a
+        churn run here: a worker's parked results never expired, its expiry
+        partition never processed an event)."""
+        if self.recovery.requested is not None:
+            return
+        future = await self.appender().send(
+            output.topic, output.key, output.value, output.partition, output.headers
+        )
+        future.add_done_callback(_log_failed_command)
+
     def appender(self) -> Appender:
-        """The :class:`Appender` of the producer's aiokafka producer (at-least-once)."""
+        """The :class:`Appender` of the producer's own aiokafka producer, which is not
+        transactional: at-least-once outputs, and commands (:meth:`send_command`)."""
         client = self.app.producer._ensure_producer()
         appender = self._appender
         if appender is None or appender.producer is not client:
@@ -1154,3 +1175,12 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         if await self.undelivered_stops_commit():
             return False
         return await super()._commit(offsets)
+
+
+def _log_failed_command(future: asyncio.Future[Any]) -> None:
+    if future.cancelled() or future.exception() is None:
+        return
+    logger.warning(
+        "A command record was not delivered (%r); it is sent again until handled",
+        future.exception(),
+    )
