@@ -34,13 +34,24 @@ class FaustConsumer:
     def resume_partitions(self, tps) -> None:
         self.active |= set(tps)
 
+    seek_gate: asyncio.Event | None = None
+    """When set, the seek waits for it (the broker's answer)."""
+
     async def perform_seek(self) -> None:
+        if self.seek_gate is not None:
+            await self.seek_gate.wait()
         # Fetching inputs now would queue events that the flow resume then drops.
         self.log.append(f"seek with inputs active: {sorted(self.active & INPUTS)}")
         self.seeks += 1
 
     def resume_flow(self) -> None:
         self.flow_active = True
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        self.log.append("revoked")
+
+    async def on_partitions_assigned(self, assigned, generation_id: int = 0) -> None:
+        self.log.append(f"assigned {generation_id}")
 
 
 class Consumer(HoldsInputsUntilSeeked, FaustConsumer):
@@ -108,3 +119,34 @@ def test_every_rebalance_waits_for_its_own_seek() -> None:
     assert consumer.active == INPUTS
     assert held.releases == 2
     assert consumer.log == ["seek with inputs active: []"] * 2
+
+
+def test_a_seek_that_ends_after_a_rebalance_releases_nothing() -> None:
+    """A recovery's seek still waiting for the broker when the next assignment comes:
+    the new recovery's first flow resume (before its tables are recovered) used to
+    release the inputs on the strength of the old seek (a churn run: qrels processed
+    before their partition's parked results were recovered, 202 results parked)."""
+    consumer = Consumer()
+    held = consumer.held_inputs
+
+    async def rebalance_during_the_seek() -> None:
+        consumer.resume_partitions(CHANGELOGS)
+        consumer.resume_flow()
+        consumer.resume_partitions(INPUTS)
+        consumer.seek_gate = asyncio.Event()
+        seek = asyncio.ensure_future(consumer.perform_seek())
+        await asyncio.sleep(0)  # the seek is waiting for the broker
+        await consumer.on_partitions_revoked(set())
+        await consumer.on_partitions_assigned(INPUTS | CHANGELOGS, 8)
+        consumer.seek_gate.set()
+        await seek  # the old seek ends now
+        consumer.seek_gate = None
+        consumer.resume_flow()  # the new recovery starts reading its changelogs
+
+    asyncio.run(rebalance_during_the_seek())
+    assert consumer.active == CHANGELOGS
+    assert held.releases == 0 and held.held == INPUTS
+    recover(consumer)  # the new assignment's recovery, its own seek
+    assert consumer.active == INPUTS | CHANGELOGS
+    assert held.releases == 1
+    assert consumer.log[-1] == "seek with inputs active: []"

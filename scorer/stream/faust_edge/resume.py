@@ -18,6 +18,16 @@ just been emptied. Changelog partitions, which recovery reads before any seek,
 pass straight through. It overrides the three consumer methods Faust calls
 (``resume_partitions``, ``perform_seek``, ``resume_flow``) and calls Faust's
 own through ``super()``.
+
+A seek counts only for the assignment it was made for: a rebalance
+(``on_partitions_revoked``, ``on_partitions_assigned``) forgets any seek made
+or still running before it. In a churn run here a worker's recovery sought its
+partitions while the broker stalled; the seek ended just after the next
+assignment, whose recovery's first flow resume then released the inputs before
+the new tables were recovered and before the new seek. A qrels event processed
+in that window found none of its parked results (the parked table of the
+partition was not recovered yet); refetched after the seek, it was not processed
+again (its records were in the open transaction), and 202 results stayed parked.
 """
 
 from __future__ import annotations
@@ -37,6 +47,13 @@ class HeldInputs:
         self.sought = False
         self.releases = 0
         """How many times held partitions were resumed (once per rebalance)."""
+        self.rebalances = 0
+        """Rebalances begun or ended so far: a seek counts if none came during it."""
+
+    def rebalanced(self) -> None:
+        """A rebalance began or ended: no seek so far counts for what comes next."""
+        self.rebalances += 1
+        self.sought = False
 
 
 class HoldsInputsUntilSeeked:
@@ -64,9 +81,25 @@ class HoldsInputsUntilSeeked:
             held.held |= inputs
             held.sought = False
 
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.held_inputs.rebalanced()
+        await super().on_partitions_revoked(revoked)  # type: ignore[misc]
+
+    async def on_partitions_assigned(self, assigned: Any, generation_id: int = 0) -> None:
+        self.held_inputs.rebalanced()
+        await super().on_partitions_assigned(assigned, generation_id)  # type: ignore[misc]
+
     async def perform_seek(self) -> None:
+        held = self.held_inputs
+        rebalances = held.rebalances
         await super().perform_seek()  # type: ignore[misc]
-        self.held_inputs.sought = True
+        if held.rebalances == rebalances:
+            held.sought = True
+        else:
+            logger.info(
+                "A seek to committed offsets ended after a rebalance: the input partitions "
+                "stay held until the new assignment's seek"
+            )
 
     def resume_flow(self) -> None:
         """Faust resumes the flow right after emptying the stream queues: the held
