@@ -116,13 +116,20 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
     while True:
         worker = make_worker(scorer.app, loglevel, settings, scorer.readiness, recovery)
         started = time.monotonic()
+        failure: BaseException | None = None
         try:
             worker.execute_from_commandline()
         except SystemExit:
-            if worker.signalled or not recovery.should_rebuild(worker.crash_reason):
+            failure = worker.crash_reason or worker.start_error
+            if worker.signalled or not recovery.should_rebuild(failure):
                 raise
+            if worker.start_error is not None:
+                # A rebuilt app that could not start (the broker just woke up and its
+                # metadata was empty: NodeNotReadyError, in a churn run) tries again
+                # after a pause, within the recovery budget; before, the worker exited 1.
+                time.sleep(START_RETRY_SECONDS)
         scorer.parts.edge.stop.stopped()  # its deadline must not end the next app
-        why = recovery.requested or f"crash: {worker.crash_reason!r}"
+        why = recovery.requested or f"crash: {failure!r}"
         logger.info(
             "Rebuilding the app in-process (recovery %d, after %.0f s): %s",
             sum(recovery.counts.values()),
@@ -135,6 +142,11 @@ def run_rebuilding(settings: Settings, loglevel: str) -> None:
             logger.info("Closed %d listening socket(s) the stopped app left open", released)
         asyncio.set_event_loop(asyncio.new_event_loop())
         scorer = create_app(settings, recovery)
+
+
+START_RETRY_SECONDS = 1.0
+"""The pause before another app is built after one failed to start on a recoverable
+error."""
 
 
 def release_listeners(port: int) -> int:
@@ -220,6 +232,16 @@ def make_worker(
 
     class Worker(faust.Worker):
         signalled = False
+        start_error: BaseException | None = None
+        """The exception its start ended with (mode logs it and exits 1; it sets no
+        crash reason)."""
+
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except Exception as error:
+                self.start_error = error
+                raise
 
         def _schedule_shutdown(self, signal: signal.Signals) -> None:
             self.signalled = True

@@ -61,3 +61,31 @@ def test_release_listeners_closes_only_the_listening_sockets_of_its_port() -> No
     finally:
         for sock in (listener, other, bound_only):
             sock.close()
+
+
+def test_a_start_that_fails_on_a_broker_error_is_kept_for_the_rebuild(
+    tmp_path, monkeypatch
+) -> None:
+    """A rebuilt app starting as the broker woke up met empty metadata; mode logs the
+    error and exits 1 without a crash reason, so the worker exited 1 (a churn run).
+    The error is kept, and the recovery rebuilds on it (a bug of ours still stops)."""
+    import asyncio
+
+    import faust
+    from aiokafka.errors import NodeNotReadyError
+
+    from scorer.stream.faust_edge import Recovery
+
+    app = create_app(Settings(KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", datadir=tmp_path)).app
+    worker = make_worker(app, "warning")
+    error = NodeNotReadyError("Attempt to send a request to node which is not ready")
+
+    async def failing_start(self) -> None:
+        raise error
+
+    monkeypatch.setattr(faust.Worker, "start", failing_start)
+    with pytest.raises(NodeNotReadyError):
+        asyncio.run(worker.start())
+    assert worker.start_error is error and worker.crash_reason is None
+    assert Recovery(exactly_once=True).should_rebuild(worker.start_error)
+    assert not Recovery(exactly_once=True).should_rebuild(ValueError("ours"))
