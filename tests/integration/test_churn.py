@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,13 +155,21 @@ class Cluster:
             worker.stop()
 
 
-def freeze_broker(state_dir: Path, seconds: float, cluster: Cluster) -> None:
+def freeze_broker(
+    state_dir: Path,
+    seconds: float,
+    cluster: Cluster,
+    before_wake: Callable[[], None] | None = None,
+) -> None:
+    """SIGSTOP the broker for ``seconds``; ``before_wake`` runs just before its SIGCONT."""
     info = broker_status(state_dir)
     assert info is not None, "the test's broker is running"
     cluster.note(f"SIGSTOP broker for {seconds:.0f}s")
     os.kill(info.pid, signal.SIGSTOP)
     try:
         time.sleep(seconds)
+        if before_wake is not None:
+            before_wake()
     finally:
         os.kill(info.pid, signal.SIGCONT)
     cluster.note("SIGCONT broker")
@@ -516,24 +525,21 @@ def freeze_broker_then_worker(
     worker's next records, or its commit's, reached it only once it woke, in a
     transaction begun then), or the worker's queued commit reached the woken broker
     before the scan."""
-    info = broker_status(state_dir)
-    assert info is not None and worker.process is not None
+    process = worker.process
+    assert process is not None
     if settings.processing_guarantee == "exactly_once":
         partitions = wait_for_open_transaction(settings, settings.scored_topic)
         cluster.note(f"transaction open on scored partitions {sorted(partitions)}")
-    seconds = TRANSACTION_TIMEOUT + 15
-    cluster.note(f"SIGSTOP broker for {seconds:.0f}s")
-    os.kill(info.pid, signal.SIGSTOP)
-    try:
-        time.sleep(seconds)
-        cluster.note(f"SIGSTOP worker for {ABORT_SCAN + 5:.0f}s, SIGCONT broker")
-        worker.process.send_signal(signal.SIGSTOP)
-    finally:
-        os.kill(info.pid, signal.SIGCONT)
+
+    def stop_worker() -> None:
+        cluster.note(f"SIGSTOP worker for {ABORT_SCAN + 5:.0f}s")
+        process.send_signal(signal.SIGSTOP)
+
+    freeze_broker(state_dir, TRANSACTION_TIMEOUT + 15, cluster, before_wake=stop_worker)
     try:
         time.sleep(ABORT_SCAN + 5)
     finally:
-        worker.process.send_signal(signal.SIGCONT)
+        process.send_signal(signal.SIGCONT)
     cluster.note("SIGCONT worker")
 
 
