@@ -122,6 +122,14 @@ class Settings(BaseSettings):
     parking_max_total: int = Field(100_000, ge=1)
 
     rollup_max_queries: int = Field(10_000, ge=0, description="Per-run queries kept for pairing.")
+    rollup_query_marks: bool = Field(
+        True,
+        description=(
+            "Per-query entries carry the positions folded into them, so that a crash "
+            "between a fold's table writes leaves no query counted twice or missed "
+            "(at-least-once). Set false while rolling over from a version without them."
+        ),
+    )
     run_history_seconds: float = Field(
         300.0, gt=0, le=86_400, description="Width of a run's trend buckets (the run list's line)."
     )

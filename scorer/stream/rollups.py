@@ -142,6 +142,7 @@ class RollupFold:
             history_seconds=settings.run_history_seconds,
             history_buckets=settings.run_history_buckets,
             decoded=self._decoded,
+            query_marks=settings.rollup_query_marks,
         )
         for key, rows in decoded:
             batch.add_rows(key, rows)

@@ -21,7 +21,12 @@ counts exact under at-least-once delivery:
   entry's position): an entry whose run-state write was lost in a crash does
   not block the recount.
 - per-query scores, for paired comparisons, are folded the same way and are
-  bounded: at most ``max_queries`` distinct queries per run are tracked.
+  bounded: at most ``max_queries`` distinct queries per run are tracked. Each
+  entry carries the positions folded into it (its *marks*), and is folded by
+  them apart from the run state: the run state, the entries and the seen blocks
+  are separate changelog records, and when a crash keeps some of a fold's writes
+  and loses the others, the redelivered batch folds each result into whichever
+  lacks it (:meth:`RunBatch._fold_marked`).
 
 The rows (``stored.RollupRow``) and the run states are written and read back,
 earlier formats included, by ``scorer.stream.stored``.
@@ -144,8 +149,11 @@ class RunBatch:
     decoded again (a third of a fold's time with many runs); an entry is taken out
     while a batch uses it and put back by :meth:`finish`, so a batch that fails half
     way leaves nothing half folded behind."""
+    query_marks: bool = True
+    """Per-query entries carry the positions folded into them (``split_marks``) and are
+    folded by them, apart from the run state (the setting ``rollup_query_marks``)."""
     runs: dict[bytes, dict[str, Any]] = field(default_factory=dict)
-    queries: dict[str, list[float]] = field(default_factory=dict)
+    queries: dict[str, list[Any]] = field(default_factory=dict)
     seen: dict[str, SeenEntry] = field(default_factory=dict)
     duplicates: int = 0
     """Records dropped as redelivered (at or below the run's watermark)."""
@@ -192,30 +200,52 @@ class RunBatch:
         trend = self._trend.get(run_key)
         streams: dict[tuple[str, int], str] = {}
         counted = 0
+        marking = self.query_marks
         for row in rows:
             topic, source, offset, seq, result_id, query_id, values, facets, confidence, qrels = row
             stream = streams.get((topic, source))
             if stream is None:
                 stream = streams[(topic, source)] = f"{topic}/{source}"
+            earlier = None
             if _at_or_below_mark(state, stream, offset, seq):
                 self.duplicates += 1
-                continue
-            if load_seen is not None:
-                seen_key = query_key(run_id, result_id)
-                earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
-                if earlier is not None and counted_in(state, earlier):
-                    # Its own redelivery must still be dropped by the watermark.
-                    watermarks[stream] = [offset, seq]
-                    self._changed.add(run_key)
-                    self.resent += 1
+                in_run = False
+                if load_seen is not None:
+                    seen_key = query_key(run_id, result_id)
+                    earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
+                    if earlier is None:
+                        # Counted by the run state, and the block that said so was lost
+                        # with a crash (or has expired): written again, so that a resend
+                        # of it is still caught.
+                        seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+                if not marking:
                     continue
-                seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
-            rollup.add(values, facets)
+            else:
+                in_run = True
+                if load_seen is not None:
+                    seen_key = query_key(run_id, result_id)
+                    earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
+                    if earlier is not None and counted_in(state, earlier):
+                        # Its own redelivery must still be dropped by the watermark.
+                        watermarks[stream] = [offset, seq]
+                        self._changed.add(run_key)
+                        self.resent += 1
+                        if not marking:
+                            continue
+                        in_run = False
+                    else:
+                        seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+            if in_run:
+                rollup.add(values, facets)
             if len(values) != _N:
                 values = values_of_row(values)
             key = query_key(run_id, query_id)
             tracked = queries[key] if key in queries else load_query(key)
-            if tracked is not None or state["queries"] < max_queries:
+            if marking:
+                self._fold_marked(
+                    state, key, tracked, values, qrels, in_run, stream, offset, seq, earlier
+                )
+            elif tracked is not None or state["queries"] < max_queries:
                 if tracked is None:
                     state["queries"] += 1
                 entry = fold_query(tracked, values, now)
@@ -224,6 +254,8 @@ class RunBatch:
                     if changed:
                         state["changedQrels"] += changed
                 queries[key] = entry
+            if not in_run:
+                continue
             # The sketch reads no values of a result without a confidence.
             sketch.add(confidence, values if confidence is None else MetricValues(*values))
             if trend is None:
@@ -236,6 +268,67 @@ class RunBatch:
         if counted:
             self._changed.add(run_key)
         return counted
+
+    def _fold_marked(
+        self,
+        state: dict[str, Any],
+        key: str,
+        tracked: list[Any] | None,
+        values: list[float],
+        qrels: str | None,
+        in_run: bool,
+        stream: str,
+        offset: int,
+        seq: int,
+        earlier: SeenEntry | None,
+    ) -> None:
+        """Fold a result into its query's entry by the entry's own marks (``query_marks``),
+        whether or not the run state counts it here (``in_run``): under at-least-once a
+        crash can leave one of the two changelog writes of a fold without the other, and
+        the fold of the redelivered batch then mends the one that was lost. The run-state
+        counts an entry drives (tracked queries, changed qrels) are added by whichever
+        fold the run state keeps: the one that counts the result in the run."""
+        floats: Sequence[Any] | None = None
+        marks: dict[str, Any] | None = None
+        if tracked is not None:
+            floats, marks = split_marks(tracked)
+            if marks is None:
+                # An entry written before marks holds what the run state holds.
+                if not in_run:
+                    return
+                marks = {_AT: {name: list(mark) for name, mark in state["watermarks"].items()}}
+        if marks is not None and (
+            _marked(marks, stream, offset, seq)
+            or (earlier is not None and _marked(marks, earlier.stream, earlier.offset, earlier.seq))
+        ):
+            # The entry has it: its write landed and the run state's did not.
+            if in_run:
+                if marks.get(_NEW) == [stream, offset, seq]:
+                    state["queries"] += 1
+                changed = marks.get(_CHANGED)
+                if changed is not None and changed[:3] == [stream, offset, seq]:
+                    state["changedQrels"] += changed[3]
+            return
+        if floats is None:
+            if state["queries"] >= self.max_queries:
+                return
+            if in_run:
+                state["queries"] += 1
+            marks = {_AT: {stream: [offset, seq]}, _NEW: [stream, offset, seq]}
+        else:
+            # A new dict: the stored entry stays as it was until the batch is written.
+            at = dict(marks[_AT])  # type: ignore[index]
+            at[stream] = [offset, seq]
+            marks = {**marks, _AT: at}  # type: ignore[dict-item]
+        entry = fold_query(floats, values, self.now)
+        if qrels is not None:
+            changed = track_golden_set(entry, qrels)
+            if changed:
+                marks[_CHANGED] = [stream, offset, seq, changed]
+                if in_run:
+                    state["changedQrels"] += changed
+        entry.append(marks)
+        self.queries[key] = entry
 
     def finish(self, updated_at: str) -> dict[bytes, dict[str, Any]]:
         """The run states to write (only those that changed), stamped ``updated_at``."""
@@ -329,12 +422,39 @@ def track_golden_set(entry: list[float], fingerprint: str) -> int:
     return changed
 
 
-def _current_query_entry(entry: Sequence[float]) -> list[float]:
-    """A stored per-query entry in today's layout. One written before the first answer
-    was kept (count and sums only) takes its mean as the first answer, entered at 0;
-    one written before a measure existed (fewer sums) has NaN for it, so that the
-    paired comparisons leave the query out of that measure alone."""
-    if len(entry) == _WITH_GOLDEN:
+_AT = "at"
+"""Marks of a per-query entry: the position of the last result folded in, per input
+partition (``{stream: [offset, seq]}``)."""
+_NEW = "new"
+"""Marks: the position of the result that made the entry (``[stream, offset, seq]``)."""
+_CHANGED = "chg"
+"""Marks: the last result that found the query's qrels changed, and how many results it
+found scored against the earlier ones (``[stream, offset, seq, count]``)."""
+
+
+def split_marks(entry: Sequence[Any]) -> tuple[Sequence[Any], dict[str, Any] | None]:
+    """A stored per-query entry as its numbers and its marks: a dict after the numbers,
+    in entries written with ``rollup_query_marks`` (None in those written without). The
+    numbers are not a copy to change: :func:`fold_query` makes a new entry of them."""
+    if entry and type(entry[-1]) is dict:
+        return entry[:-1], entry[-1]
+    return entry, None
+
+
+def _marked(marks: Mapping[str, Any], stream: str, offset: int, seq: int) -> bool:
+    """True when an entry's marks say the position was folded into it."""
+    mark = marks[_AT].get(stream)
+    return mark is not None and (offset, seq) <= tuple(mark)
+
+
+def _current_query_entry(entry: Sequence[Any]) -> list[float]:
+    """A stored per-query entry in today's layout, without its marks. One written before
+    the first answer was kept (count and sums only) takes its mean as the first answer,
+    entered at 0; one written before a measure existed (fewer sums) has NaN for it, so
+    that the paired comparisons leave the query out of that measure alone."""
+    if entry and type(entry[-1]) is dict:
+        entry = entry[:-1]
+    if len(entry) == _WITH_GOLDEN or len(entry) == _QUERY_ENTRY:
         return list(entry)
     count = entry[0]
     if len(entry) == _FIVE_SUMS_ONLY:

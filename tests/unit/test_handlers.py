@@ -5,6 +5,7 @@ checked against the scored records themselves, each result once."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from schemas import GoldenQuery, RetrievalResult
 from scorer.core.metrics import retrieval_metrics
 from scorer.kafka.demo import DemoTraffic
+from scorer.stream.run_state import split_marks
 from scorer.stream.seen import Block
 from scorer.stream.stored import decode_parked
 from scorer.stream.testing import Pipeline, Record
@@ -171,6 +173,80 @@ def test_a_seen_entry_whose_run_state_write_was_lost_does_not_block_the_recount(
     for partition in range(pipeline.settings.partitions):
         pipeline.refold(partition)  # the rollup topic's offsets were not committed
     assert_runs_count_each_result_once(pipeline, results)
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        ["rollups"],
+        ["run_queries"],
+        ["rollup_seen"],
+        ["rollups", "rollup_seen"],
+        ["run_queries", "rollup_seen"],
+    ],
+)
+def test_a_fold_whose_table_writes_were_partly_lost_is_mended_by_its_redelivery(
+    lost: list[str],
+) -> None:
+    """At-least-once: each table's changelog is a topic partition of its own, so a crash
+    can keep some of a fold's writes and lose the others. The fold of the redelivered
+    batch mends what was lost: each query's entry (the paired comparisons' means and
+    first answers), the runs' tracked queries and changed qrels, and the dedupe window
+    hold each result once, as if nothing had been lost. (The clock stands still: an
+    entry made again is entered at the time of the fold that makes it.)"""
+    golden, results = traffic()
+    pipeline = judged(golden, clock=lambda: 1_000_000.0)
+    pipeline.feed(results[:45])
+    pipeline.settle()
+    for query in golden:  # new qrels: the later results are scored against them
+        changed = {doc: (grade + 1) % 4 for doc, grade in query.qrels.items()}
+        pipeline.judge(query.model_copy(update={"qrels": changed}))
+    pipeline.feed(results[45:])
+    pipeline.commit()
+    before = pipeline.snapshot()
+    pipeline.fold()
+    runs = {result.run_id for result in results}
+    want = {run: {**pipeline.run(run), "updatedAt": None} for run in runs}
+    assert sum(document["changedQrels"] for document in want.values()) > 0
+    want_entries = copy.deepcopy(pipeline.tables["run_queries"].data)
+    pipeline.lose_writes(before, lost)
+    pipeline.crash()
+    for partition in range(pipeline.settings.partitions):
+        pipeline.refold(partition)
+    assert pipeline.tables["run_queries"].data == want_entries
+    assert {run: {**pipeline.run(run), "updatedAt": None} for run in runs} == want
+    pipeline.feed(results[45:75])  # resent by their producer: still caught
+    pipeline.settle()
+    assert pipeline.telemetry.rollup_resent._value.get() == 30
+    assert pipeline.tables["run_queries"].data == want_entries
+
+
+def test_entries_written_without_marks_fold_on_exactly_once_marks_are_turned_on() -> None:
+    """A rolling upgrade: entries written with ``rollup_query_marks`` off (as an earlier
+    version writes them) are taken to hold what their run state holds, so a redelivery
+    after the switch counts nothing twice, and later results fold as they would have."""
+    golden, results = traffic()
+    clock = lambda: 1_000_000.0  # noqa: E731
+    upgraded = judged(golden, clock=clock, rollup_query_marks=False)
+    upgraded.feed(results[:45])
+    upgraded.settle()
+    assert all(split_marks(e)[1] is None for e in upgraded.tables["run_queries"].data.values())
+    upgraded.settings = upgraded.settings.model_copy(update={"rollup_query_marks": True})
+    upgraded.crash()
+    for partition in range(upgraded.settings.partitions):
+        upgraded.refold(partition)  # all of it again: nothing counts twice
+    upgraded.feed(results[45:])
+    upgraded.settle()
+    always = judged(golden, clock=clock)
+    always.feed(results)
+    always.settle()
+    for pipeline in (upgraded, always):
+        assert_runs_count_each_result_once(pipeline, results)
+    numbers = [
+        {key: split_marks(entry)[0] for key, entry in pipeline.tables["run_queries"].data.items()}
+        for pipeline in (upgraded, always)
+    ]
+    assert numbers[0] == numbers[1]
 
 
 def test_after_the_dedupe_window_a_resend_counts_again() -> None:
