@@ -454,6 +454,10 @@ def _current_query_entry(entry: Sequence[Any]) -> list[float]:
     that the paired comparisons leave the query out of that measure alone."""
     if entry and type(entry[-1]) is dict:
         entry = entry[:-1]
+    if None in entry:
+        # NaN (a measure a result was scored without) comes back from the changelog's
+        # JSON as null.
+        entry = [math.nan if value is None else value for value in entry]
     if len(entry) == _WITH_GOLDEN or len(entry) == _QUERY_ENTRY:
         return list(entry)
     count = entry[0]
@@ -473,7 +477,7 @@ def fold_query(entry, values, now=0.0):
     "Per-query state with one more result (see the module-level docstring)."
     if entry is None:
         return [1.0, *values, now, *values]
-    if len(entry) != QUERY_ENTRY and len(entry) != WITH_GOLDEN:
+    if (len(entry) != QUERY_ENTRY and len(entry) != WITH_GOLDEN) or entry[LAST_SUM] is None:
         entry = current_query_entry(entry)
     count, {sums} = entry[:{width}]
     {values}, = values
@@ -483,6 +487,7 @@ def fold_query(entry, values, now=0.0):
     {
         "QUERY_ENTRY": _QUERY_ENTRY,
         "WITH_GOLDEN": _WITH_GOLDEN,
+        "LAST_SUM": _N,
         "current_query_entry": _current_query_entry,
     },
 )
@@ -490,12 +495,15 @@ fold_query.__doc__ = """Per-query state with one more result: ``[count, sum of e
 enteredAt, first value of each measure...]``: the sums give the query's mean (the
 fixed-horizon paired comparison), the first answer and when it was folded (``now``)
 give the anytime-valid one its observation, which later answers do not rewrite.
-Older layouts are read by :func:`_current_query_entry`. Straight-line code from the
-registry (``scorer.core.measures.unrolled``): a loop here was a quarter of a fold's time."""
+Older layouts are read by :func:`_current_query_entry`, and so is an entry read back
+from the changelog with a measure its results were scored without (NaN, which JSON
+stores as null: always the last measure, as measures are added at the end).
+Straight-line code from the registry (``scorer.core.measures.unrolled``): a loop here
+was a quarter of a fold's time."""
 
 
 def query_means(entry: list[float]) -> list[float]:
-    if len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN:
+    if (len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN) or entry[_N] is None:
         entry = _current_query_entry(entry)
     count = entry[0]
     return [total / count for total in entry[1 : 1 + _N]]
@@ -503,7 +511,7 @@ def query_means(entry: list[float]) -> list[float]:
 
 def query_first(entry: list[float]) -> list[float]:
     """``[enteredAt, first value of each measure...]`` of a per-query entry."""
-    if len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN:
+    if (len(entry) != _QUERY_ENTRY and len(entry) != _WITH_GOLDEN) or entry[_N] is None:
         entry = _current_query_entry(entry)
     return list(entry[1 + _N : _QUERY_ENTRY])
 

@@ -588,6 +588,25 @@ def test_a_querys_first_answer_is_kept_through_later_answers_and_redeliveries() 
     assert run_state.query_first(five)[:6] == [50.0, 1.0, 1.0, 1.0, 1.0, 1.0]
 
 
+def test_an_entry_missing_a_measure_folds_on_once_read_back_from_the_changelog() -> None:
+    """A result scored before a measure existed leaves NaN in its query's entry, which
+    the changelog's JSON stores as null: read back (a restart), the entry still folds
+    the next result and answers the paired comparisons (it crashed the fold before)."""
+    tables = Tables()
+    tables.fold([(record("r1", 0.2), at(5))])  # five measures: no judged@k, no candidate
+    tables.queries = orjson.loads(orjson.dumps(tables.queries))
+    key = run_state.query_key("run-a", "q1")
+    assert tables.queries[key][6:8] == [None, None]
+    every = [1.0, 0.5, 0.9, 1.0, 1.0, 0.7, 0.8]
+    tables.fold([(lambda position: RollupRow(*position, "r2", "q1", every, {}), at(6))])
+    entry = tables.queries[key]
+    means = run_state.query_means(entry)
+    assert means[:5] == pytest.approx([1.0, 0.5, (0.2 + 0.9) / 2, 1.0, 1.0])
+    assert all(map(math.isnan, means[5:]))  # left out of those two comparisons
+    first = run_state.query_first(orjson.loads(orjson.dumps(entry)))
+    assert first[3] == 0.2 and all(map(math.isnan, first[6:]))
+
+
 def test_a_runs_trend_keeps_a_bounded_bucket_history_counted_once() -> None:
     tables = Tables()
 
