@@ -242,9 +242,19 @@ class RunBatch:
             key = query_key(run_id, query_id)
             tracked = queries[key] if key in queries else load_query(key)
             if marking:
-                self._fold_marked(
-                    state, key, tracked, values, qrels, in_run, stream, offset, seq, earlier
-                )
+                if tracked is None and in_run:
+                    # The common case, made here: a new entry counted in the run.
+                    if state["queries"] < max_queries:
+                        state["queries"] += 1
+                        entry = fold_query(None, values, now)
+                        if qrels is not None:
+                            track_golden_set(entry, qrels)
+                        entry.append({_AT: {stream: [offset, seq]}, _NEW: [stream, offset, seq]})
+                        queries[key] = entry
+                else:
+                    self._fold_marked(
+                        state, key, tracked, values, qrels, in_run, stream, offset, seq, earlier
+                    )
             elif tracked is not None or state["queries"] < max_queries:
                 if tracked is None:
                     state["queries"] += 1
@@ -291,11 +301,13 @@ class RunBatch:
         floats: Sequence[Any] | None = None
         marks: dict[str, Any] | None = None
         if tracked is not None:
-            floats, marks = split_marks(tracked)
-            if marks is None:
+            if type(tracked[-1]) is dict:
+                floats, marks = tracked[:-1], tracked[-1]
+            else:
                 # An entry written before marks holds what the run state holds.
                 if not in_run:
                     return
+                floats = tracked
                 marks = {_AT: {name: list(mark) for name, mark in state["watermarks"].items()}}
         if marks is not None and (
             _marked(marks, stream, offset, seq)
