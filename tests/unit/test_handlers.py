@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schemas import GoldenQuery, RetrievalResult
 from scorer.core.metrics import retrieval_metrics
@@ -247,6 +249,75 @@ def test_entries_written_without_marks_fold_on_exactly_once_marks_are_turned_on(
         for pipeline in (upgraded, always)
     ]
     assert numbers[0] == numbers[1]
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.large_base_example])
+@given(st.data())
+def test_every_result_counts_once_whatever_a_crash_keeps_of_each_tables_writes(
+    data: st.DataObject,
+) -> None:
+    """At-least-once, through the handlers: results (some before their qrels: parked,
+    then released), folds, commits and crashes in any order. A crash loses each table's
+    writes since the last commit, or keeps them, table by table (each changelog is a
+    topic partition of its own), and loses or keeps the rollup records sent since; the
+    inputs and the rollup topic come again from the last commit. In the end every run
+    counts each result once, and so does each query's entry."""
+    golden, results = traffic(results=40, seed=data.draw(st.integers(0, 50), label="seed"))
+    late = {query.query_id for query in golden[::3]}  # judged only later: results park
+    pipeline = judged([q for q in golden if q.query_id not in late], clock=lambda: 1e6)
+    waiting = [q for q in golden if q.query_id in late]
+    rollup = pipeline.settings.rollup_topic
+    fed = 0
+
+    def committed() -> dict[str, Any]:
+        pipeline.commit()  # pending contributions go before every offset commit
+        return {
+            "tables": pipeline.snapshot(),
+            "results": {p: len(log) for p, log in pipeline.topics[RESULTS].items()},
+            "folded": dict(pipeline._folded),
+            "rollup": {p: len(log) for p, log in pipeline.topics.get(rollup, {}).items()},
+        }
+
+    RESULTS = pipeline.settings.results_topic
+    pipeline.topics.setdefault(RESULTS, {})
+    last = committed()
+    while fed < len(results) or waiting:
+        step = data.draw(
+            st.sampled_from(["feed", "feed", "flush", "fold", "fold", "commit", "crash", "judge"])
+        )
+        if step == "feed" and fed < len(results):
+            n = data.draw(st.integers(1, 8))
+            pipeline.feed(results[fed : fed + n])
+            fed += n
+        elif step == "flush":
+            pipeline.commit()  # the flush rule: the contributions go, no offset commits
+        elif step == "fold":
+            pipeline.fold()
+        elif step == "commit":
+            last = committed()
+        elif step == "judge" and waiting:
+            pipeline.judge(waiting.pop(0))
+            last = committed()
+        elif step == "crash":
+            for name in pipeline.tables:
+                if data.draw(st.booleans(), label=f"{name} writes lost"):
+                    pipeline.lose_writes(last["tables"], [name])
+            if data.draw(st.booleans(), label="rollup records lost"):
+                for p, log in pipeline.topics.get(rollup, {}).items():
+                    del log[last["rollup"].get(p, 0) :]
+            pipeline.crash()
+            pipeline._folded = dict(last["folded"])
+            for p in list(pipeline.topics[RESULTS]):
+                pipeline.redeliver(p, last["results"].get(p, 0))
+    pipeline.settle()
+    assert_runs_count_each_result_once(pipeline, results)
+    want: dict[str, set[str]] = {}
+    for result in results:
+        want.setdefault(f"{result.run_id}\x1f{result.query_id}", set()).add(result.result_id)
+    entries = pipeline.tables["run_queries"].data
+    assert {key: entry[0] for key, entry in entries.items()} == {
+        key: float(len(ids)) for key, ids in want.items()
+    }
 
 
 def test_after_the_dedupe_window_a_resend_counts_again() -> None:
