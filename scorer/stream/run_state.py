@@ -207,24 +207,22 @@ class RunBatch:
             if stream is None:
                 stream = streams[(topic, source)] = f"{topic}/{source}"
             earlier = None
+            if load_seen is not None:
+                seen_key = query_key(run_id, result_id)
+                earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
             if _at_or_below_mark(state, stream, offset, seq):
                 self.duplicates += 1
                 in_run = False
-                if load_seen is not None:
-                    seen_key = query_key(run_id, result_id)
-                    earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
-                    if earlier is None:
-                        # Counted by the run state, and the block that said so was lost
-                        # with a crash (or has expired): written again, so that a resend
-                        # of it is still caught.
-                        seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+                if load_seen is not None and earlier is None:
+                    # Counted by the run state, and the block that said so was lost with
+                    # a crash (or has expired): written again, so that a resend of it is
+                    # still caught.
+                    seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
                 if not marking:
                     continue
             else:
                 in_run = True
                 if load_seen is not None:
-                    seen_key = query_key(run_id, result_id)
-                    earlier = seen[seen_key] if seen_key in seen else load_seen(seen_key)
                     if earlier is not None and counted_in(state, earlier):
                         # Its own redelivery must still be dropped by the watermark.
                         watermarks[stream] = [offset, seq]
