@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test unit lint bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the C source: the compiled kernel is built by the install (setup.py).
+$(STAMP): pyproject.toml setup.py scorer/core/_kernel.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'

@@ -33,6 +33,7 @@ division, as trec_eval does) so that the numbers agree to the last bit.
 from __future__ import annotations
 
 import math
+import os
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -148,7 +149,24 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
 
     ``k`` is the cutoff of recall, precision, hit and judged (>= 1); nDCG is cut at 10
     and MRR is not cut. See the module docstring for the conventions.
+
+    The compiled kernel (:data:`KERNEL`) scores a list against the judgments the
+    worker and the readers make; anything else goes to :func:`score_python`, the
+    reference it agrees with to the last bit.
     """
+    if _compiled is not None:
+        values = _compiled(
+            ranked, judgments.grades, judgments.others, judgments.n_relevant,
+            judgments.ideal_dcg, k,
+        )  # fmt: skip
+        if values is not NotImplemented:
+            return values
+    return score_python(ranked, judgments, k)
+
+
+def score_python(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
+    """:func:`score` in Python: the reference of the compiled kernel
+    (``scorer/core/_kernel.c``), and the kernel wherever that is not built."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     grades = judgments.grades
@@ -223,6 +241,27 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
         candidate,
         # A measure added to the registry returns its value here, in its slot.
     )
+
+
+def _load_compiled() -> tuple[object, str]:
+    """The compiled kernel's ``score`` and :data:`KERNEL`'s value. The compiled kernel
+    is optional (a plain install without a C compiler has none) and is used only
+    while it returns the registry's measures in their slots; ``SCORER_KERNEL=python``
+    turns it off (to compare the two)."""
+    if os.environ.get("SCORER_KERNEL", "").strip().lower() == "python":
+        return None, "python (SCORER_KERNEL=python)"
+    try:
+        from scorer.core import _kernel
+    except ImportError:
+        return None, "python (the compiled kernel is not built)"
+    if tuple(m.field for m in MEASURES) != _kernel.FIELDS:
+        return None, "python (the compiled kernel predates the registry's measures)"
+    _kernel.configure(_LOG2_RANK, _GAINS, MAX_GRADE, MetricValues)
+    return _kernel.score, "compiled"
+
+
+_compiled, KERNEL = _load_compiled()
+"""Which kernel :func:`score` runs: ``compiled``, or ``python (why)``."""
 
 
 def retrieval_metrics(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> MetricValues:

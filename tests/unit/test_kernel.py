@@ -1,0 +1,149 @@
+"""The compiled scoring kernel (scorer/core/_kernel.c) against the Python one.
+
+The Python kernel is the reference: the conventions and the agreement with
+trec_eval, pytrec_eval and ranx are tested on it and on ``score`` elsewhere
+(test_metric_conventions, test_metrics_differential). Here: the compiled one is
+built and in use, returns the same values to the last bit and of the same types,
+and hands back to Python whatever it does not take.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scorer.core import metrics
+from scorer.core.metrics import MAX_GRADE, Judgments, MetricValues, score, score_python
+from scorer.io.runs import JoinedRanking
+from scorer.stream import events
+
+IDS = [f"d{i}" for i in range(40)]
+
+
+def same(left: MetricValues, right: MetricValues) -> bool:
+    """Equal to the last bit, and of the same types (hit@k is an int)."""
+    return (
+        type(left) is type(right) is MetricValues
+        and len(left) == len(right)
+        and all(
+            type(a) is type(b) and (a == b or (math.isnan(a) and math.isnan(b)))
+            for a, b in zip(left, right, strict=True)
+        )
+    )
+
+
+def test_the_compiled_kernel_is_built_and_scores():
+    # `make install` builds it, and so does a plain install where a C compiler is
+    # (tests/integration/test_wheel.py). Without it the worker is slower.
+    assert metrics.KERNEL == "compiled"
+    assert metrics._compiled is not None
+
+
+grades = st.one_of(
+    st.integers(-2, 4),
+    st.integers(5, 60),  # past the table of gains (32) and past 2**53
+    st.sampled_from([MAX_GRADE - 1, MAX_GRADE]),
+)
+
+
+@st.composite
+def cases(draw):
+    ids = IDS[: draw(st.sampled_from([12, 40]))]
+    qrels = draw(st.dictionaries(st.sampled_from(ids), grades, max_size=25))
+    k = draw(st.one_of(st.integers(1, 12), st.integers(13, 80)))
+    if draw(st.booleans()):
+        # Repeats and unjudged ids; long lists reach past the top max(k, 10).
+        ranked = draw(st.lists(st.sampled_from([*ids, "u1", "u2", "u3"]), max_size=70))
+    else:
+        # Below an unjudged top: what MRR and the candidates find in the tail.
+        tail = draw(st.permutations(list(qrels)))
+        ranked = [f"u{i}" for i in range(draw(st.integers(0, 14)))] + tail
+    return qrels, ranked, k
+
+
+@settings(max_examples=1500, deadline=None)
+@given(cases())
+def test_the_compiled_kernel_agrees_with_python_to_the_last_bit(case):
+    qrels, ranked, k = case
+    judgments = Judgments.from_qrels(qrels)
+    assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_it_agrees_on_judgments_read_back_from_the_worker_table(case):
+    # The worker's judgments come from its qrels table's JSON (events.judgments_of).
+    qrels, ranked, k = case
+    qrels = {doc: min(max(grade, 0), 3) for doc, grade in qrels.items()}  # the wire's 0-3
+    golden = events.decode_golden(orjson.dumps({"queryId": "q", "qrels": qrels, "facets": {}}))
+    entry = orjson.loads(orjson.dumps(events.golden_entry(golden)))
+    judgments = events.judgments_of(entry)
+    assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
+
+
+def test_a_long_ranking_with_many_relevant_ids_in_its_tail():
+    # More distinct relevant ids found below the top than the kernel's first buffer holds.
+    qrels = {f"r{i}": 5 if i % 2 == 0 else 1 + i % 4 for i in range(300)}
+    ranked = [f"x{i}" for i in range(20)] + [f"r{i}" for i in range(299, -1, -2)] * 2
+    judgments = Judgments.from_qrels(qrels)
+    values = score(ranked, judgments, 10)
+    assert same(values, score_python(ranked, judgments, 10))
+    assert values.mrr == 1 / 21
+    assert values.hit_at_k == 0
+    assert 0 < values.candidate_ndcg_at_10 < 1
+
+
+def test_what_it_does_not_take_is_scored_by_python():
+    qrels = {"a": 2, "b": 1, "c": 0}
+    judgments = Judgments.from_qrels(qrels)
+    ranked = ["x", "b", "c", "a"]
+    expected = score_python(ranked, judgments, 3)
+    # Another sequence type, and the offline reader's joined rankings.
+    assert same(score(tuple(ranked), judgments, 3), expected)
+    assert same(score(JoinedRanking("\n".join(ranked)), judgments, 3), expected)
+    # Grades that are not plain ints, and a mapping that is not a dict.
+    odd = Judgments({"a": True, "b": 1}, 2, judgments.ideal_dcg, {"c": 0})
+    assert same(score(ranked, odd, 3), score_python(ranked, odd, 3))
+    # An int ideal DCG (a table entry written by hand).
+    whole = Judgments({"a": 1}, 1, 1, {})
+    assert same(score(["a"], whole, 1), score_python(["a"], whole, 1))
+
+
+def test_its_errors_are_the_python_kernels():
+    judgments = Judgments.from_qrels({"a": 1})
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        score(["a"], judgments, 0)
+    # A grade above the largest scored, met where nDCG needs its gain.
+    big = Judgments({"a": MAX_GRADE + 1}, 1, 1.0, {})
+    with pytest.raises(ValueError, match=f"grade {MAX_GRADE + 1} is above {MAX_GRADE}"):
+        score(["a"], big, 10)
+    # ... and not where no gain is taken (below rank 10): the same values as Python.
+    ranked = [f"x{i}" for i in range(12)] + ["a"]
+    assert same(score(ranked, big, 20), score_python(ranked, big, 20))
+
+
+def test_SCORER_KERNEL_python_turns_it_off():
+    code = "from scorer.core import metrics; print(metrics.KERNEL)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"SCORER_KERNEL": "python", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "python (SCORER_KERNEL=python)"
+
+
+def test_a_registry_it_does_not_know_keeps_python(monkeypatch):
+    from scorer.core import _kernel
+
+    monkeypatch.setattr(_kernel, "FIELDS", (*_kernel.FIELDS, "new_measure"))
+    compiled, kernel = metrics._load_compiled()
+    assert compiled is None
+    assert kernel == "python (the compiled kernel predates the registry's measures)"
