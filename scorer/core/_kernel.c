@@ -24,6 +24,7 @@ static double log2_rank[NDCG_CUTOFF];
 static double table_gains[N_TABLE_GAINS];
 static long max_grade = -1; /* -1: not configured */
 static PyTypeObject *values_type = NULL;
+static PyObject *newline_str = NULL;
 
 /* The gain of a relevant grade (1 <= grade <= max_grade): 2**grade - 1 as the
  * Python float of that int, which for grade > 53 rounds to 2**grade, as the
@@ -108,6 +109,49 @@ credit(PyObject **credited, PyObject *doc)
     return PySet_Add(*credited, doc) < 0 ? -1 : 1;
 }
 
+/* The measures, in the slots of scorer.core.measures.MEASURES (checked at import). */
+static PyObject *
+values_of(Found *found, long n_relevant, double ideal, long hits, long k, double dcg,
+          long first_relevant_rank, long judged_slots, Py_ssize_t filled)
+{
+    double candidate = 0.0;
+    if (ideal > 0 && found->n) {
+        if (found->n == n_relevant) {
+            candidate = 1.0; /* every relevant id returned: their best order is the ideal */
+        }
+        else {
+            qsort(found->grades, found->n, sizeof(long), descending);
+            double best = 0.0;
+            for (Py_ssize_t i = 0; i < found->n && i < NDCG_CUTOFF; i++) {
+                best += gain_of(found->grades[i]) / log2_rank[i];
+            }
+            candidate = best / ideal;
+        }
+    }
+    double slots[N_MEASURES] = {
+        n_relevant ? (double)hits / (double)n_relevant : 0.0,
+        (double)hits / (double)k,
+        ideal > 0 ? dcg / ideal : 0.0,
+        first_relevant_rank ? 1.0 / (double)first_relevant_rank : 0.0,
+        0.0, /* hit@k: an int */
+        filled ? (double)judged_slots / (double)filled : 0.0,
+        candidate,
+    };
+    PyObject *result = values_type->tp_alloc(values_type, N_MEASURES);
+    if (result == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+        PyObject *item = i == 4 ? PyLong_FromLong(hits ? 1 : 0) : PyFloat_FromDouble(slots[i]);
+        if (item == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, i, item);
+    }
+    return result;
+}
+
 static PyObject *
 kernel_configure(PyObject *module, PyObject *args)
 {
@@ -141,6 +185,132 @@ kernel_configure(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* One scoring, between its steps. */
+typedef struct {
+    PyObject *grades, *others, *credited;
+    Found found;
+    long n_relevant, k, hits, judged_slots, first_relevant_rank;
+    double ideal, dcg;
+} Scoring;
+
+/* Steps return 0 (go on), 1 (stop: declined, the Python kernel decides) or -1 (error). */
+#define GO_ON 0
+#define DECLINED 1
+
+/* The id at `index` (from 0) of the top max(k, 10). */
+static int
+head_step(Scoring *s, PyObject *doc, Py_ssize_t index)
+{
+    PyObject *value = PyDict_GetItemWithError(s->grades, doc);
+    if (value == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        if (index < s->k) {
+            int judged = PyDict_Contains(s->others, doc);
+            if (judged < 0) {
+                return -1;
+            }
+            s->judged_slots += judged;
+        }
+        return GO_ON;
+    }
+    long grade = grade_of(value);
+    if (grade < 0) {
+        return DECLINED;
+    }
+    if (index < s->k) {
+        s->judged_slots++;
+    }
+    int added = credit(&s->credited, doc);
+    if (added <= 0) {
+        return added; /* credited before (a repeat earns nothing), or an error */
+    }
+    if (found_add(&s->found, grade) < 0) {
+        return -1;
+    }
+    if (!s->first_relevant_rank) {
+        s->first_relevant_rank = index + 1;
+    }
+    if (index < s->k) {
+        s->hits++;
+    }
+    if (index < NDCG_CUTOFF) {
+        s->dcg += gain_of(grade) / log2_rank[index];
+    }
+    return GO_ON;
+}
+
+/* An id below the top: MRR has no cutoff and the candidates are every returned id. */
+static int
+tail_step(Scoring *s, PyObject *doc, Py_ssize_t index)
+{
+    PyObject *value = PyDict_GetItemWithError(s->grades, doc);
+    if (value == NULL) {
+        return PyErr_Occurred() ? -1 : GO_ON;
+    }
+    long grade = grade_of(value);
+    if (grade < 0) {
+        return DECLINED;
+    }
+    if (!s->first_relevant_rank) {
+        s->first_relevant_rank = index + 1;
+    }
+    int added = credit(&s->credited, doc);
+    if (added < 0 || (added && found_add(&s->found, grade) < 0)) {
+        return -1;
+    }
+    return GO_ON;
+}
+
+/* Reads the arguments after the ranking: 0, DECLINED or -1. */
+static int
+scoring_start(Scoring *s, PyObject *const *args)
+{
+    s->grades = args[1];
+    s->others = args[2];
+    s->credited = NULL;
+    s->found.grades = s->found.small;
+    s->found.n = 0;
+    s->found.capacity = 64;
+    s->hits = s->judged_slots = s->first_relevant_rank = 0;
+    s->dcg = 0.0;
+    if (max_grade < 0 || !PyDict_CheckExact(s->grades) || !PyDict_CheckExact(s->others) ||
+        !PyLong_CheckExact(args[3]) || !PyFloat_CheckExact(args[4]) ||
+        !PyLong_CheckExact(args[5])) {
+        return DECLINED;
+    }
+    int overflow = 0;
+    s->n_relevant = PyLong_AsLongAndOverflow(args[3], &overflow);
+    if (overflow || s->n_relevant < 0) {
+        return DECLINED;
+    }
+    s->k = PyLong_AsLongAndOverflow(args[5], &overflow);
+    if (overflow || s->k < 1 || s->k > (1L << 40)) {
+        return DECLINED; /* k < 1: the Python kernel raises its ValueError */
+    }
+    s->ideal = PyFloat_AS_DOUBLE(args[4]);
+    return GO_ON;
+}
+
+static PyObject *
+scoring_end(Scoring *s, int outcome, Py_ssize_t filled)
+{
+    PyObject *result = NULL;
+    if (outcome == GO_ON) {
+        result = values_of(&s->found, s->n_relevant, s->ideal, s->hits, s->k, s->dcg,
+                           s->first_relevant_rank, s->judged_slots, filled);
+    }
+    Py_XDECREF(s->credited);
+    if (s->found.grades != s->found.small) {
+        PyMem_Free(s->found.grades);
+    }
+    if (outcome == DECLINED) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return result;
+}
+
 static PyObject *
 kernel_score(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -149,173 +319,137 @@ kernel_score(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "score(ranked, grades, others, n_relevant, ideal_dcg, k)");
         return NULL;
     }
-    PyObject *ranked = args[0], *grades = args[1], *others = args[2];
-    if (max_grade < 0 || !PyList_CheckExact(ranked) || !PyDict_CheckExact(grades) ||
-        !PyDict_CheckExact(others) || !PyLong_CheckExact(args[3]) ||
-        !PyFloat_CheckExact(args[4]) || !PyLong_CheckExact(args[5])) {
+    PyObject *ranked = args[0];
+    if (!PyList_CheckExact(ranked)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    int overflow = 0;
-    long n_relevant = PyLong_AsLongAndOverflow(args[3], &overflow);
-    if (overflow || n_relevant < 0) {
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    long k = PyLong_AsLongAndOverflow(args[5], &overflow);
-    if (overflow || k < 1 || k > (1L << 40)) {
-        Py_RETURN_NOTIMPLEMENTED; /* k < 1: the Python kernel raises its ValueError */
-    }
-    double ideal = PyFloat_AS_DOUBLE(args[4]);
-
-    PyObject *credited = NULL, *result = NULL;
-    Found found = {.grades = NULL, .n = 0, .capacity = 64};
-    found.grades = found.small;
-    long hits = 0, judged_slots = 0, first_relevant_rank = 0;
-    double dcg = 0.0;
+    Scoring s;
+    int outcome = scoring_start(&s, args);
     Py_ssize_t length = PyList_GET_SIZE(ranked);
-    Py_ssize_t top = k > NDCG_CUTOFF ? k : NDCG_CUTOFF;
-    Py_ssize_t head = length < top ? length : top;
-    int declined = 0;
-
-    for (Py_ssize_t index = 0; index < head; index++) {
+    Py_ssize_t top = s.k > NDCG_CUTOFF ? s.k : NDCG_CUTOFF;
+    for (Py_ssize_t index = 0; outcome == GO_ON && index < length; index++) {
         if (PyList_GET_SIZE(ranked) != length) {
-            declined = 1; /* changed under us by an __eq__: let Python decide */
-            goto done;
+            outcome = DECLINED; /* changed under us by an __eq__: let Python decide */
+            break;
+        }
+        if (index >= top && s.found.n >= s.n_relevant) {
+            break; /* below the top only what is missing is looked for */
         }
         PyObject *doc = PyList_GET_ITEM(ranked, index);
         Py_INCREF(doc); /* the lookups may run __eq__ of str subclasses */
-        PyObject *value = PyDict_GetItemWithError(grades, doc);
-        if (value == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(doc);
-                goto done;
-            }
-            if (index < k) {
-                int judged = PyDict_Contains(others, doc);
-                if (judged < 0) {
-                    Py_DECREF(doc);
-                    goto done;
-                }
-                judged_slots += judged;
-            }
-            Py_DECREF(doc);
-            continue;
-        }
-        long grade = grade_of(value);
-        if (grade < 0) {
-            Py_DECREF(doc);
-            declined = 1;
-            goto done;
-        }
-        if (index < k) {
-            judged_slots++;
-        }
-        int added = credit(&credited, doc);
+        outcome = index < top ? head_step(&s, doc, index) : tail_step(&s, doc, index);
         Py_DECREF(doc);
-        if (added <= 0) {
-            if (added < 0) {
-                goto done;
-            }
-            continue;
-        }
-        if (found_add(&found, grade) < 0) {
-            goto done;
-        }
-        if (!first_relevant_rank) {
-            first_relevant_rank = index + 1;
-        }
-        if (index < k) {
-            hits++;
-        }
-        if (index < NDCG_CUTOFF) {
-            dcg += gain_of(grade) / log2_rank[index];
-        }
     }
-    if (found.n < n_relevant && length > top) {
-        /* MRR has no cutoff and the candidates are every returned id: the
-         * relevant ids below the top, in one pass over the tail. */
-        for (Py_ssize_t index = top; index < length && PyList_GET_SIZE(ranked) == length;
-             index++) {
-            PyObject *doc = PyList_GET_ITEM(ranked, index);
-            Py_INCREF(doc);
-            PyObject *value = PyDict_GetItemWithError(grades, doc);
-            if (value == NULL) {
-                Py_DECREF(doc);
-                if (PyErr_Occurred()) {
-                    goto done;
-                }
-                continue;
-            }
-            long grade = grade_of(value);
-            if (grade < 0) {
-                Py_DECREF(doc);
-                declined = 1;
-                goto done;
-            }
-            if (!first_relevant_rank) {
-                first_relevant_rank = index + 1;
-            }
-            int added = credit(&credited, doc);
-            Py_DECREF(doc);
-            if (added < 0 || (added && found_add(&found, grade) < 0)) {
-                goto done;
-            }
-            if (found.n >= n_relevant) {
-                break;
-            }
-        }
-        if (PyList_GET_SIZE(ranked) != length) {
-            declined = 1; /* changed under us by an __eq__: let Python decide */
-            goto done;
-        }
-    }
+    return scoring_end(&s, outcome, length > s.k ? s.k : length);
+}
 
-    double candidate = 0.0;
-    if (ideal > 0 && found.n) {
-        if (found.n == n_relevant) {
-            candidate = 1.0; /* every relevant id returned: their best order is the ideal */
+/* Where `doc` first stands as a whole line of text[start:end], or -1 (-2: error). */
+static Py_ssize_t
+line_of(PyObject *text, PyObject *doc, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_ssize_t size = PyUnicode_GET_LENGTH(doc);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    while (start <= end) {
+        Py_ssize_t at = PyUnicode_Find(text, doc, start, end, 1);
+        if (at < 0) {
+            return at == -1 ? -1 : -2;
         }
-        else {
-            qsort(found.grades, found.n, sizeof(long), descending);
-            double best = 0.0;
-            for (Py_ssize_t i = 0; i < found.n && i < NDCG_CUTOFF; i++) {
-                best += gain_of(found.grades[i]) / log2_rank[i];
-            }
-            candidate = best / ideal;
+        Py_ssize_t after = at + size;
+        if ((at == start || PyUnicode_READ(kind, data, at - 1) == '\n') &&
+            (after == end || PyUnicode_READ(kind, data, after) == '\n')) {
+            return at;
         }
+        start = at + 1;
     }
-    Py_ssize_t filled = length > k ? k : length;
-    /* In the slots of scorer.core.measures.MEASURES (checked at import). */
-    double slots[N_MEASURES] = {
-        n_relevant ? (double)hits / (double)n_relevant : 0.0,
-        (double)hits / (double)k,
-        ideal > 0 ? dcg / ideal : 0.0,
-        first_relevant_rank ? 1.0 / (double)first_relevant_rank : 0.0,
-        0.0, /* hit@k: an int */
-        filled ? (double)judged_slots / (double)filled : 0.0,
-        candidate,
-    };
-    result = values_type->tp_alloc(values_type, N_MEASURES);
-    if (result == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
-        PyObject *item = i == 4 ? PyLong_FromLong(hits ? 1 : 0) : PyFloat_FromDouble(slots[i]);
-        if (item == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyTuple_SET_ITEM(result, i, item);
-    }
+    return -1;
+}
 
-done:
-    Py_XDECREF(credited);
-    if (found.grades != found.small) {
-        PyMem_Free(found.grades);
+static PyObject *
+kernel_score_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "score_joined(text, grades, others, n_relevant, ideal_dcg, k)");
+        return NULL;
     }
-    if (declined) {
+    PyObject *text = args[0];
+    if (!PyUnicode_CheckExact(text)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    return result;
+    Scoring s;
+    int outcome = scoring_start(&s, args);
+    Py_ssize_t end = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t top = s.k > NDCG_CUTOFF ? s.k : NDCG_CUTOFF;
+    Py_ssize_t start = 0, index = 0;
+    int more = 1; /* a line is left at start (split("\n") gives one more than its newlines) */
+    for (; outcome == GO_ON && more && index < top; index++) {
+        Py_ssize_t newline = PyUnicode_FindChar(text, '\n', start, end, 1);
+        if (newline == -2) {
+            outcome = -1;
+            break;
+        }
+        Py_ssize_t stop = newline < 0 ? end : newline;
+        PyObject *doc = PyUnicode_Substring(text, start, stop);
+        if (doc == NULL) {
+            outcome = -1;
+            break;
+        }
+        outcome = head_step(&s, doc, index);
+        Py_DECREF(doc);
+        more = newline >= 0;
+        start = stop + 1;
+    }
+    Py_ssize_t length = index; /* the ids read, all of them unless more */
+    if (outcome == GO_ON && more && s.found.n < s.n_relevant) {
+        /* Below the top: each relevant id not yet credited, looked for as a whole
+         * line of the tail text (the tail is most of a long ranking and usually
+         * holds few of them); the first of them found gives MRR's rank if the top
+         * had none. */
+        Py_ssize_t first_at = -1, position = 0;
+        PyObject *doc, *value;
+        while (PyDict_Next(s.grades, &position, &doc, &value)) {
+            long grade = grade_of(value);
+            if (grade < 0 || !PyUnicode_CheckExact(doc)) {
+                outcome = DECLINED;
+                break;
+            }
+            if (s.credited != NULL) {
+                int there = PySet_Contains(s.credited, doc);
+                if (there) {
+                    if (there < 0) {
+                        outcome = -1;
+                        break;
+                    }
+                    continue;
+                }
+            }
+            Py_ssize_t at = line_of(text, doc, start, end);
+            if (at == -2) {
+                outcome = -1;
+                break;
+            }
+            if (at >= 0) {
+                if (found_add(&s.found, grade) < 0) {
+                    outcome = -1;
+                    break;
+                }
+                if (first_at < 0 || at < first_at) {
+                    first_at = at;
+                }
+            }
+        }
+        if (outcome == GO_ON && first_at >= 0 && !s.first_relevant_rank) {
+            Py_ssize_t above = PyUnicode_Count(text, newline_str, start, first_at);
+            if (above < 0) {
+                outcome = -1;
+            }
+            s.first_relevant_rank = top + above + 1;
+        }
+    }
+    /* filled: min(k, number of ids); only whether there are more than k matters. */
+    Py_ssize_t filled = more || length > s.k ? s.k : length;
+    return scoring_end(&s, outcome, filled);
 }
 
 static PyMethodDef kernel_methods[] = {
@@ -323,12 +457,15 @@ static PyMethodDef kernel_methods[] = {
      "configure(log2_ranks, gains, max_grade, values_type): the Python kernel's tables."},
     {"score", (PyCFunction)(void (*)(void))kernel_score, METH_FASTCALL,
      "score(ranked, grades, others, n_relevant, ideal_dcg, k) -> values or NotImplemented."},
+    {"score_joined", (PyCFunction)(void (*)(void))kernel_score_joined, METH_FASTCALL,
+     "score_joined(text, ...): score() of text.split('\\n'), without splitting the tail."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT, "scorer.core._kernel",
-    "The compiled scoring kernel (see scorer.core.metrics.score).", -1, kernel_methods,
+    "The compiled scoring kernel (see scorer.core.metrics.score).", -1, kernel_methods, NULL,
+    NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
@@ -340,6 +477,11 @@ PyInit__kernel(void)
     }
     /* The MetricValues fields it returns, in slot order: scorer.core.metrics uses it
      * only while the registry (scorer.core.measures) lists exactly these. */
+    newline_str = PyUnicode_FromString("\n");
+    if (newline_str == NULL) {
+        Py_DECREF(module);
+        return NULL;
+    }
     PyObject *fields = Py_BuildValue("(sssssss)", "recall_at_k", "precision_at_k",
                                      "ndcg_at_10", "mrr", "hit_at_k", "judged_at_k",
                                      "candidate_ndcg_at_10");

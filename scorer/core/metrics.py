@@ -40,6 +40,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from scorer.core.measures import GROUPS, MEASURES, METRIC_NAMES
 from scorer.core.record import Record
 
+TYPE_CHECKING = False  # typing stays unimported on `scorer eval`'s path
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 __all__ = ["METRIC_NAMES", "Judgments", "MetricValues", "score"]
 
 NDCG_CUTOFF = 10
@@ -155,10 +160,19 @@ def score(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricValues:
     reference it agrees with to the last bit.
     """
     if _compiled is not None:
-        values = _compiled(
-            ranked, judgments.grades, judgments.others, judgments.n_relevant,
-            judgments.ideal_dcg, k,
-        )  # fmt: skip
+        if type(ranked) is list:
+            values = _compiled(
+                ranked, judgments.grades, judgments.others, judgments.n_relevant,
+                judgments.ideal_dcg, k,
+            )  # fmt: skip
+        else:
+            # A ranking kept as its ids joined by newlines (the offline readers'
+            # ``JoinedRanking``) is scored from that text, its tail never split.
+            text = getattr(ranked, "joined_text", None)
+            values = NotImplemented if text is None else _compiled_joined(
+                text, judgments.grades, judgments.others, judgments.n_relevant,
+                judgments.ideal_dcg, k,
+            )  # fmt: skip
         if values is not NotImplemented:
             return values
     return score_python(ranked, judgments, k)
@@ -243,24 +257,24 @@ def score_python(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricV
     )
 
 
-def _load_compiled() -> tuple[object, str]:
+def _load_compiled() -> tuple[Callable[..., Any] | None, Callable[..., Any] | None, str]:
     """The compiled kernel's ``score`` and :data:`KERNEL`'s value. The compiled kernel
     is optional (a plain install without a C compiler has none) and is used only
     while it returns the registry's measures in their slots; ``SCORER_KERNEL=python``
     turns it off (to compare the two)."""
     if os.environ.get("SCORER_KERNEL", "").strip().lower() == "python":
-        return None, "python (SCORER_KERNEL=python)"
+        return None, None, "python (SCORER_KERNEL=python)"
     try:
         from scorer.core import _kernel
     except ImportError:
-        return None, "python (the compiled kernel is not built)"
+        return None, None, "python (the compiled kernel is not built)"
     if tuple(m.field for m in MEASURES) != _kernel.FIELDS:
-        return None, "python (the compiled kernel predates the registry's measures)"
+        return None, None, "python (the compiled kernel predates the registry's measures)"
     _kernel.configure(_LOG2_RANK, _GAINS, MAX_GRADE, MetricValues)
-    return _kernel.score, "compiled"
+    return _kernel.score, _kernel.score_joined, "compiled"
 
 
-_compiled, KERNEL = _load_compiled()
+_compiled, _compiled_joined, KERNEL = _load_compiled()
 """Which kernel :func:`score` runs: ``compiled``, or ``python (why)``."""
 
 

@@ -178,6 +178,12 @@ class JoinedRanking(Sequence[str]):
         self._joined = joined
         self._ids: list[str] | None = None
 
+    @property
+    def joined_text(self) -> str:
+        """The ids joined by newlines: what the compiled kernel scores
+        (``scorer.core.metrics.score``)."""
+        return self._joined
+
     def _all(self) -> list[str]:
         if self._ids is None:
             self._ids = self._joined.split("\n")

@@ -75,6 +75,21 @@ def test_the_compiled_kernel_agrees_with_python_to_the_last_bit(case):
     assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
 
 
+@settings(max_examples=1500, deadline=None)
+@given(cases())
+def test_a_joined_ranking_scores_as_its_list(case):
+    # The offline readers' rankings: ids joined by newlines, scored from the text.
+    qrels, ranked, k = case
+    if not ranked:
+        return  # a JoinedRanking holds at least one line
+    judgments = Judgments.from_qrels(qrels)
+    expected = score_python(ranked, judgments, k)
+    assert same(score(JoinedRanking("\n".join(ranked)), judgments, k), expected)
+    split = JoinedRanking("\n".join(ranked))
+    assert list(split) == ranked  # now split: scored from its text all the same
+    assert same(score(split, judgments, k), expected)
+
+
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_it_agrees_on_judgments_read_back_from_the_worker_table(case):
@@ -94,6 +109,7 @@ def test_a_long_ranking_with_many_relevant_ids_in_its_tail():
     judgments = Judgments.from_qrels(qrels)
     values = score(ranked, judgments, 10)
     assert same(values, score_python(ranked, judgments, 10))
+    assert same(score(JoinedRanking("\n".join(ranked)), judgments, 10), values)
     assert values.mrr == 1 / 21
     assert values.hit_at_k == 0
     assert 0 < values.candidate_ndcg_at_10 < 1
@@ -104,15 +120,26 @@ def test_what_it_does_not_take_is_scored_by_python():
     judgments = Judgments.from_qrels(qrels)
     ranked = ["x", "b", "c", "a"]
     expected = score_python(ranked, judgments, 3)
-    # Another sequence type, and the offline reader's joined rankings.
+    # Another sequence type.
     assert same(score(tuple(ranked), judgments, 3), expected)
-    assert same(score(JoinedRanking("\n".join(ranked)), judgments, 3), expected)
     # Grades that are not plain ints, and a mapping that is not a dict.
     odd = Judgments({"a": True, "b": 1}, 2, judgments.ideal_dcg, {"c": 0})
     assert same(score(ranked, odd, 3), score_python(ranked, odd, 3))
     # An int ideal DCG (a table entry written by hand).
     whole = Judgments({"a": 1}, 1, 1, {})
     assert same(score(["a"], whole, 1), score_python(["a"], whole, 1))
+
+
+def test_ids_are_whole_lines_of_a_joined_ranking():
+    # "d1" is inside "d10" and "xd1": only a whole line is the id.
+    judgments = Judgments.from_qrels({"d1": 2, "d10": 1})
+    text = "\n".join([*(f"u{i}" for i in range(10)), "xd1", "d10", "d1x", "d1"])
+    values = score(JoinedRanking(text), judgments, 5)
+    assert same(values, score_python(text.split("\n"), judgments, 5))
+    assert values.mrr == 1 / 12
+    assert values.candidate_ndcg_at_10 == 1.0
+    only = Judgments.from_qrels({"d1": 2})
+    assert score(JoinedRanking("\n".join(["u"] * 10 + ["d1x", "xd1"])), only, 5).mrr == 0.0
 
 
 def test_its_errors_are_the_python_kernels():
@@ -144,6 +171,6 @@ def test_a_registry_it_does_not_know_keeps_python(monkeypatch):
     from scorer.core import _kernel
 
     monkeypatch.setattr(_kernel, "FIELDS", (*_kernel.FIELDS, "new_measure"))
-    compiled, kernel = metrics._load_compiled()
-    assert compiled is None
+    compiled, joined, kernel = metrics._load_compiled()
+    assert compiled is None and joined is None
     assert kernel == "python (the compiled kernel predates the registry's measures)"
