@@ -452,6 +452,123 @@ kernel_score_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return scoring_end(&s, outcome, filled);
 }
 
+/* ---- Counting into plain lists of numbers: the worker's histograms ---- */
+
+/* `number + addend` as Python computes it (the float case without the generic call;
+ * an int addend is converted exactly, as float + int does for these small ones). */
+static PyObject *
+plus(PyObject *number, PyObject *addend, double addend_value)
+{
+    if (PyFloat_CheckExact(number)) {
+        return PyFloat_FromDouble(PyFloat_AS_DOUBLE(number) + addend_value);
+    }
+    return PyNumber_Add(number, addend);
+}
+
+/* The value of a measure, or -1 when the kernel does not take it (0 otherwise). */
+static int
+measure_value(PyObject *value, double *out)
+{
+    if (PyFloat_CheckExact(value)) {
+        *out = PyFloat_AS_DOUBLE(value);
+        return 0;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long whole = PyLong_AsLongAndOverflow(value, &overflow);
+        if (overflow || whole > (1L << 52) || whole < -(1L << 52)) {
+            return -1; /* not exactly a double: Python decides */
+        }
+        *out = (double)whole;
+        return 0;
+    }
+    return -1;
+}
+
+#define MAX_VALUES 64
+
+static PyObject *one_int = NULL;
+
+/* Sets s[index] = s[index] + addend. 0, or -1 with an exception. */
+static int
+add_at(PyObject *list, Py_ssize_t index, PyObject *addend, double addend_value)
+{
+    PyObject *sum = plus(PyList_GET_ITEM(list, index), addend, addend_value);
+    if (sum == NULL) {
+        return -1;
+    }
+    PyList_SET_ITEM(list, index, sum);
+    return 0;
+}
+
+static PyObject *
+kernel_observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "observe(targets, values, bounds)");
+        return NULL;
+    }
+    PyObject *targets = args[0], *values = args[1], *bounds = args[2];
+    if (!PyTuple_Check(targets) || !(PyTuple_Check(values) || PyList_CheckExact(values)) ||
+        !PyTuple_CheckExact(bounds)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values), n_bounds = PyTuple_GET_SIZE(bounds);
+    if (n > MAX_VALUES) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *items[MAX_VALUES];
+    memcpy(items, PySequence_Fast_ITEMS(values), n * sizeof(PyObject *));
+    double value[MAX_VALUES];
+    Py_ssize_t bucket[MAX_VALUES];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (measure_value(items[i], &value[i]) < 0) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        /* bisect_left(bounds, value): the first bound not below it. */
+        Py_ssize_t lo = 0, hi = n_bounds;
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi) / 2;
+            PyObject *bound = PyTuple_GET_ITEM(bounds, mid);
+            if (!PyFloat_CheckExact(bound)) {
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            if (PyFloat_AS_DOUBLE(bound) < value[i]) {
+                lo = mid + 1;
+            }
+            else {
+                hi = mid;
+            }
+        }
+        bucket[i] = lo;
+    }
+    /* Everything checked before anything is counted: Python counts what is declined. */
+    Py_ssize_t n_targets = PyTuple_GET_SIZE(targets);
+    for (Py_ssize_t t = 0; t < n_targets; t++) {
+        PyObject *target = PyTuple_GET_ITEM(targets, t);
+        if (!PyTuple_Check(target) || PyTuple_GET_SIZE(target) != n + 1) {
+            Py_RETURN_NOTIMPLEMENTED; /* Python unpacks n lists and one more */
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *series = PyTuple_GET_ITEM(target, i);
+            if (!PyList_CheckExact(series) || PyList_GET_SIZE(series) <= bucket[i]) {
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+        }
+    }
+    for (Py_ssize_t t = 0; t < n_targets; t++) {
+        PyObject *target = PyTuple_GET_ITEM(targets, t);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *series = PyTuple_GET_ITEM(target, i);
+            if (add_at(series, bucket[i], one_int, 1.0) < 0 ||
+                add_at(series, PyList_GET_SIZE(series) - 1, items[i], value[i]) < 0) {
+                return NULL;
+            }
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"configure", kernel_configure, METH_VARARGS,
      "configure(log2_ranks, gains, max_grade, values_type): the Python kernel's tables."},
@@ -459,6 +576,8 @@ static PyMethodDef kernel_methods[] = {
      "score(ranked, grades, others, n_relevant, ideal_dcg, k) -> values or NotImplemented."},
     {"score_joined", (PyCFunction)(void (*)(void))kernel_score_joined, METH_FASTCALL,
      "score_joined(text, ...): score() of text.split('\\n'), without splitting the tail."},
+    {"observe", (PyCFunction)(void (*)(void))kernel_observe, METH_FASTCALL,
+     "observe(targets, values, bounds): telemetry's histogram counting, or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -478,7 +597,8 @@ PyInit__kernel(void)
     /* The MetricValues fields it returns, in slot order: scorer.core.metrics uses it
      * only while the registry (scorer.core.measures) lists exactly these. */
     newline_str = PyUnicode_FromString("\n");
-    if (newline_str == NULL) {
+    one_int = PyLong_FromLong(1);
+    if (newline_str == NULL || one_int == NULL) {
         Py_DECREF(module);
         return NULL;
     }

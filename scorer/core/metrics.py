@@ -257,25 +257,35 @@ def score_python(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricV
     )
 
 
-def _load_compiled() -> tuple[Callable[..., Any] | None, Callable[..., Any] | None, str]:
-    """The compiled kernel's ``score`` and :data:`KERNEL`'s value. The compiled kernel
-    is optional (a plain install without a C compiler has none) and is used only
-    while it returns the registry's measures in their slots; ``SCORER_KERNEL=python``
-    turns it off (to compare the two)."""
+def _load_compiled() -> tuple[Any, str]:
+    """The compiled kernel's module (``scorer/core/_kernel.c``) and :data:`KERNEL`'s value.
+    The compiled kernel is optional (a plain install without a C compiler has none)
+    and is used only while it returns the registry's measures in their slots;
+    ``SCORER_KERNEL=python`` turns it off (to compare the two)."""
     if os.environ.get("SCORER_KERNEL", "").strip().lower() == "python":
-        return None, None, "python (SCORER_KERNEL=python)"
+        return None, "python (SCORER_KERNEL=python)"
     try:
         from scorer.core import _kernel
     except ImportError:
-        return None, None, "python (the compiled kernel is not built)"
+        return None, "python (the compiled kernel is not built)"
     if tuple(m.field for m in MEASURES) != _kernel.FIELDS:
-        return None, None, "python (the compiled kernel predates the registry's measures)"
+        return None, "python (the compiled kernel predates the registry's measures)"
     _kernel.configure(_LOG2_RANK, _GAINS, MAX_GRADE, MetricValues)
-    return _kernel.score, _kernel.score_joined, "compiled"
+    return _kernel, "compiled"
 
 
-_compiled, _compiled_joined, KERNEL = _load_compiled()
+_kernel_module, KERNEL = _load_compiled()
 """Which kernel :func:`score` runs: ``compiled``, or ``python (why)``."""
+
+
+def compiled(name: str) -> Callable[..., Any] | None:
+    """The compiled kernel's function ``name``, or None where Python runs (:data:`KERNEL`).
+    Each returns NotImplemented, having changed nothing, for what it does not take."""
+    return None if _kernel_module is None else getattr(_kernel_module, name)
+
+
+_compiled = compiled("score")
+_compiled_joined = compiled("score_joined")
 
 
 def retrieval_metrics(ranked: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> MetricValues:

@@ -58,7 +58,7 @@ from prometheus_client.utils import floatToGoString
 
 from scorer.analysis.risk_coverage import losses_of
 from scorer.core.measures import MEASURES, each, unrolled
-from scorer.core.metrics import MetricValues
+from scorer.core.metrics import MetricValues, compiled
 from scorer.settings import CONFIDENCE_EDGES
 
 ALL = "all"
@@ -93,6 +93,10 @@ def observe(targets, values):
     "observe",
     {"bisect_left": bisect_left, "BOUNDS": METRIC_BUCKETS},
 )
+
+
+_observe_compiled = compiled("observe")
+"""The same counting in C (bit for bit), or None where the kernel is Python."""
 
 
 class FacetLabels:
@@ -414,7 +418,11 @@ class Telemetry:
         these observations several times dearer.
         """
         targets = self._series_cache.get(facets)
-        _observe_histograms(targets, values)
+        if (
+            _observe_compiled is None
+            or _observe_compiled(targets, values, METRIC_BUCKETS) is NotImplemented
+        ):
+            _observe_histograms(targets, values)
         if confidence is None:
             return
         bucket = self.confidence_counters.bucket(confidence)

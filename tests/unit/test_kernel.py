@@ -171,6 +171,71 @@ def test_a_registry_it_does_not_know_keeps_python(monkeypatch):
     from scorer.core import _kernel
 
     monkeypatch.setattr(_kernel, "FIELDS", (*_kernel.FIELDS, "new_measure"))
-    compiled, joined, kernel = metrics._load_compiled()
-    assert compiled is None and joined is None
+    module, kernel = metrics._load_compiled()
+    assert module is None
     assert kernel == "python (the compiled kernel predates the registry's measures)"
+
+
+# ---- the worker's counting: telemetry's histograms ------------------------------
+
+measure_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0, 1),
+    st.sampled_from([0.0, 0.1, 0.5, 1.0, -0.0]),
+    st.integers(0, 1),
+)
+
+
+@st.composite
+def metric_rows(draw):
+    values = draw(st.lists(measure_values, min_size=len(FIELDS), max_size=len(FIELDS)))
+    return MetricValues(*values) if draw(st.booleans()) else values  # or a list
+
+
+FIELDS = MetricValues._fields
+
+
+def exact(left: list, right: list) -> bool:
+    """The same numbers of the same types (NaN equal to NaN)."""
+    if len(left) != len(right):
+        return False
+    pairs = zip(left, right, strict=True)
+    return all(type(a) is type(b) and (a == b or (a != a and b != b)) for a, b in pairs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(metric_rows(), max_size=30), st.integers(1, 4))
+def test_histogram_counting_is_the_generated_pythons(rows, n_pairs):
+    from scorer.stream import telemetry
+
+    observe = metrics.compiled("observe")
+
+    def fresh():
+        # Per label pair: a count list per measure (buckets, +Inf, then the sum), and
+        # the confidence sums the counting leaves alone.
+        return tuple(
+            (*([0.0] * (len(telemetry.METRIC_BUCKETS) + 2) for _ in FIELDS), [0.0])
+            for _ in range(n_pairs)
+        )
+
+    compiled_targets, python_targets = fresh(), fresh()
+    for values in rows:
+        assert observe(compiled_targets, values, telemetry.METRIC_BUCKETS) is None
+        telemetry._observe_histograms(python_targets, values)
+    for ours, theirs in zip(compiled_targets, python_targets, strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            assert exact(a, b)
+
+
+def test_counting_it_does_not_take_is_left_to_python_untouched():
+    from scorer.stream import telemetry
+
+    observe = metrics.compiled("observe")
+    bounds = telemetry.METRIC_BUCKETS
+    values = MetricValues(0.5, 0.5, 0.5, 0.5, 1, 0.5, 0.5)
+    short = [[0.0] * 3 for _ in FIELDS]  # a bucket past the end of its list
+    targets = (((*([0.0] * 13 for _ in FIELDS), [0.0])), (*short, [0.0]))
+    before = [list(series) for target in targets for series in target]
+    assert observe(targets, values, bounds) is NotImplemented
+    assert [list(series) for target in targets for series in target] == before
+    assert observe((), ("x",) * len(FIELDS), bounds) is NotImplemented
