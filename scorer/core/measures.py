@@ -5,8 +5,9 @@ Everything that lists the measures is derived from :data:`MEASURES`, in its orde
 ``MetricValues`` and its wire objects, the rollup folds and their state, the
 per-query entries of the paired comparisons, the compare and significance code,
 the Prometheus histograms, the OpenAPI properties and the evals page's columns.
-Adding a measure is one spec here plus the lines of the fused kernel
-(``scorer.core.metrics.score``) that compute it, returned in its slot.
+Adding a measure is one spec here plus the lines of the fused kernel that compute
+it, returned in its slot: ``scorer.core.metrics.score_python`` and the compiled
+``scorer/core/_kernel.c`` (which ``score`` uses only while its ``FIELDS`` are these).
 
 Every measure folds the same way: a count, a sum and a sum of squares per
 aggregate (exact across partitions and restarts), shown as a mean with a 95%
