@@ -141,6 +141,11 @@ values_of(Found *found, long n_relevant, double ideal, long hits, long k, double
     if (result == NULL) {
         return NULL;
     }
+#if PY_VERSION_HEX >= 0x030E0000
+    /* Tuples cache their hash from 3.14 on; -1 is "not computed", as tuple's own
+     * constructor of a subtype sets it. */
+    ((PyTupleObject *)result)->ob_hash = -1;
+#endif
     for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
         PyObject *item = i == 4 ? PyLong_FromLong(hits ? 1 : 0) : PyFloat_FromDouble(slots[i]);
         if (item == NULL) {
@@ -170,14 +175,19 @@ kernel_configure(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "configure: a tuple type and a grade bound expected");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < NDCG_CUTOFF; i++) {
-        log2_rank[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(logs, i));
-    }
-    for (Py_ssize_t i = 0; i < N_TABLE_GAINS; i++) {
-        table_gains[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(gains, i));
-    }
-    if (PyErr_Occurred()) {
-        return NULL;
+    for (Py_ssize_t i = 0; i < NDCG_CUTOFF + N_TABLE_GAINS; i++) {
+        PyObject *item = i < NDCG_CUTOFF ? PyTuple_GET_ITEM(logs, i)
+                                         : PyTuple_GET_ITEM(gains, i - NDCG_CUTOFF);
+        if (!PyFloat_CheckExact(item)) {
+            PyErr_SetString(PyExc_TypeError, "configure: floats expected");
+            return NULL;
+        }
+        if (i < NDCG_CUTOFF) {
+            log2_rank[i] = PyFloat_AS_DOUBLE(item);
+        }
+        else {
+            table_gains[i - NDCG_CUTOFF] = PyFloat_AS_DOUBLE(item);
+        }
     }
     Py_INCREF(type);
     Py_XSETREF(values_type, (PyTypeObject *)type);
@@ -274,7 +284,9 @@ scoring_start(Scoring *s, PyObject *const *args)
     s->found.n = 0;
     s->found.capacity = 64;
     s->hits = s->judged_slots = s->first_relevant_rank = 0;
-    s->dcg = 0.0;
+    s->n_relevant = 0;
+    s->k = 1;
+    s->ideal = s->dcg = 0.0;
     if (max_grade < 0 || !PyDict_CheckExact(s->grades) || !PyDict_CheckExact(s->others) ||
         !PyLong_CheckExact(args[3]) || !PyFloat_CheckExact(args[4]) ||
         !PyLong_CheckExact(args[5])) {
@@ -282,11 +294,13 @@ scoring_start(Scoring *s, PyObject *const *args)
     }
     int overflow = 0;
     s->n_relevant = PyLong_AsLongAndOverflow(args[3], &overflow);
-    if (overflow || s->n_relevant < 0) {
+    if (overflow || s->n_relevant != PyDict_GET_SIZE(s->grades)) {
+        /* Judgments made by hand with another count: the tail is searched only
+         * while ids are missing, which is exact only for the count of grades. */
         return DECLINED;
     }
     s->k = PyLong_AsLongAndOverflow(args[5], &overflow);
-    if (overflow || s->k < 1 || s->k > (1L << 40)) {
+    if (overflow || s->k < 1 || s->k > (1L << 30)) {
         return DECLINED; /* k < 1: the Python kernel raises its ValueError */
     }
     s->ideal = PyFloat_AS_DOUBLE(args[4]);
@@ -350,8 +364,8 @@ line_of(PyObject *text, PyObject *doc, Py_ssize_t start, Py_ssize_t end)
     Py_ssize_t size = PyUnicode_GET_LENGTH(doc);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    while (start <= end) {
-        Py_ssize_t at = PyUnicode_Find(text, doc, start, end, 1);
+    for (Py_ssize_t from = start; from <= end;) {
+        Py_ssize_t at = PyUnicode_Find(text, doc, from, end, 1);
         if (at < 0) {
             return at == -1 ? -1 : -2;
         }
@@ -360,7 +374,7 @@ line_of(PyObject *text, PyObject *doc, Py_ssize_t start, Py_ssize_t end)
             (after == end || PyUnicode_READ(kind, data, after) == '\n')) {
             return at;
         }
-        start = at + 1;
+        from = at + 1;
     }
     return -1;
 }
@@ -424,7 +438,13 @@ kernel_score_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     continue;
                 }
             }
-            Py_ssize_t at = line_of(text, doc, start, end);
+            Py_ssize_t newline = PyUnicode_FindChar(doc, '\n', 0, PyUnicode_GET_LENGTH(doc), 1);
+            if (newline == -2) {
+                outcome = -1;
+                break;
+            }
+            /* An id holding a newline is never one of split("\n")'s lines. */
+            Py_ssize_t at = newline >= 0 ? -1 : line_of(text, doc, start, end);
             if (at == -2) {
                 outcome = -1;
                 break;
@@ -493,12 +513,18 @@ static PyObject *one_int = NULL;
 static int
 add_at(PyObject *list, Py_ssize_t index, PyObject *addend, double addend_value)
 {
-    PyObject *sum = plus(PyList_GET_ITEM(list, index), addend, addend_value);
+    if (index >= PyList_GET_SIZE(list)) { /* shrunk by an __add__ of its own */
+        PyErr_SetString(PyExc_IndexError, "observe: a series changed while counted");
+        return -1;
+    }
+    PyObject *number = PyList_GET_ITEM(list, index);
+    Py_INCREF(number);
+    PyObject *sum = plus(number, addend, addend_value);
+    Py_DECREF(number);
     if (sum == NULL) {
         return -1;
     }
-    PyList_SET_ITEM(list, index, sum);
-    return 0;
+    return PyList_SetItem(list, index, sum); /* releases the number it replaces */
 }
 
 static PyObject *
@@ -517,7 +543,7 @@ kernel_observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (n > MAX_VALUES) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *items[MAX_VALUES];
+    PyObject *items[MAX_VALUES]; /* borrowed: values is not changed by the counting */
     memcpy(items, PySequence_Fast_ITEMS(values), n * sizeof(PyObject *));
     double value[MAX_VALUES];
     Py_ssize_t bucket[MAX_VALUES];

@@ -225,7 +225,7 @@ class JoinedRanking(Sequence[str]):
         if self._ids is not None:
             return set(ids).intersection(self._ids)
         joined = f"\n{self._joined}\n"
-        return {doc for doc in ids if f"\n{doc}\n" in joined}
+        return {doc for doc in ids if f"\n{doc}\n" in joined and "\n" not in doc}
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, JoinedRanking):

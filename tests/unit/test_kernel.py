@@ -142,6 +142,37 @@ def test_ids_are_whole_lines_of_a_joined_ranking():
     assert score(JoinedRanking("\n".join(["u"] * 10 + ["d1x", "xd1"])), only, 5).mrr == 0.0
 
 
+@pytest.mark.parametrize(
+    ("qrels", "tail"),
+    [
+        ({"11": 1}, ["111"]),  # inside a longer line, after a miss at the line's start
+        ({"1": 1}, ["11", "x1"]),
+        ({"": 1}, ["x", "y"]),
+        ({"a\nb": 1}, ["a", "b"]),  # a newline in an id: never one line
+        ({"a": 1, "11": 2}, ["111", "a", "11"]),
+    ],
+)
+def test_only_whole_lines_of_a_joined_tail_are_ids(qrels, tail):
+    ranked = ["x"] * 10 + tail
+    judgments = Judgments.from_qrels(qrels)
+    expected = score_python(ranked, judgments, 10)
+    assert same(score(JoinedRanking("\n".join(ranked)), judgments, 10), expected)
+    assert same(score_python(JoinedRanking("\n".join(ranked)), judgments, 10), expected)
+
+
+def test_judgments_whose_count_is_not_their_grades_are_scored_by_python():
+    odd = Judgments({"a": 1, "b": 1}, 1, 1.0, {})
+    ranked = ["x"] * 10 + ["a", "b"]
+    assert same(score(ranked, odd, 10), score_python(ranked, odd, 10))
+    assert same(score(JoinedRanking("\n".join(ranked)), odd, 10), score_python(ranked, odd, 10))
+
+
+def test_its_values_hash_as_pythons():
+    judgments = Judgments.from_qrels({"a": 2, "b": 1})
+    ours, theirs = score(["b", "a"], judgments, 2), score_python(["b", "a"], judgments, 2)
+    assert hash(ours) == hash(theirs) and {ours: 1}[theirs] == 1
+
+
 def test_its_errors_are_the_python_kernels():
     judgments = Judgments.from_qrels({"a": 1})
     with pytest.raises(ValueError, match="k must be >= 1, got 0"):
@@ -239,3 +270,19 @@ def test_counting_it_does_not_take_is_left_to_python_untouched():
     assert observe(targets, values, bounds) is NotImplemented
     assert [list(series) for target in targets for series in target] == before
     assert observe((), ("x",) * len(FIELDS), bounds) is NotImplemented
+
+
+def test_counting_releases_the_numbers_it_replaces():
+    import sys
+
+    from scorer.stream import telemetry
+
+    counted = float("7.25")  # an object of its own, referenced here and by the list
+    series = [[0.0] * 13 for _ in FIELDS]
+    series[0][-1] = counted
+    before = sys.getrefcount(counted)
+    values = MetricValues(0.5, 0.5, 0.5, 0.5, 1, 0.5, 0.5)
+    observe = metrics.compiled("observe")
+    assert observe(((*series, [0.0]),), values, telemetry.METRIC_BUCKETS) is None
+    assert series[0][-1] == 7.75
+    assert sys.getrefcount(counted) == before - 1
