@@ -595,6 +595,208 @@ kernel_observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---- RunRollup.add: a result folded into its run's aggregates ------------------------ */
+
+static PyObject *count_str = NULL, *sums_str = NULL, *sumsqs_str = NULL;
+
+/* 0 when every slot of list is an exact float (at least N_MEASURES of them), else -1. */
+static int
+float_slots(PyObject *list)
+{
+    if (list == NULL || !PyList_CheckExact(list) || PyList_GET_SIZE(list) < N_MEASURES) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+        if (!PyFloat_CheckExact(PyList_GET_ITEM(list, i))) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* aggregates[facet][value], made (by make()) when absent, or the facet's OTHER when it
+ * already has limit values: what RunRollup.add looks up. A new reference, or NULL with
+ * an exception, or NULL without one when a facet's values are not a dict (declined). */
+static PyObject *
+aggregate_of(PyObject *by_facet, PyObject *facet, PyObject **value, Py_ssize_t limit,
+             PyObject *other, PyObject *make)
+{
+    PyObject *by_value = PyDict_GetItemWithError(by_facet, facet);
+    if (by_value == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        by_value = PyDict_New();
+        if (by_value == NULL) {
+            return NULL;
+        }
+        int failed = PyDict_SetItem(by_facet, facet, by_value);
+        Py_DECREF(by_value); /* by_facet holds it */
+        if (failed < 0) {
+            return NULL;
+        }
+    }
+    if (!PyDict_CheckExact(by_value)) {
+        return NULL;
+    }
+    PyObject *aggregate = PyDict_GetItemWithError(by_value, *value);
+    if (aggregate == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        if (PyDict_GET_SIZE(by_value) >= limit) {
+            *value = other;
+            aggregate = PyDict_GetItemWithError(by_value, other);
+            if (aggregate == NULL && PyErr_Occurred()) {
+                return NULL;
+            }
+        }
+        if (aggregate == NULL) {
+            aggregate = PyObject_CallNoArgs(make);
+            if (aggregate == NULL) {
+                return NULL;
+            }
+            if (PyDict_SetItem(by_value, *value, aggregate) < 0) {
+                Py_DECREF(aggregate);
+                return NULL;
+            }
+            return aggregate;
+        }
+    }
+    Py_INCREF(aggregate);
+    return aggregate;
+}
+
+#define MAX_AGGREGATES (1 + 64)
+
+static PyObject *
+kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "rollup_add(overall, by_facet, values, facets, limit, other, make)");
+        return NULL;
+    }
+    PyObject *overall = args[0], *by_facet = args[1], *values = args[2], *facets = args[3];
+    PyObject *other = args[5], *make = args[6];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(PyTuple_Check(values) || PyList_CheckExact(values)) ||
+        PySequence_Fast_GET_SIZE(values) != N_MEASURES || !PyDict_CheckExact(by_facet) ||
+        !(facets == Py_None || PyDict_CheckExact(facets)) ||
+        (facets != Py_None && PyDict_GET_SIZE(facets) >= MAX_AGGREGATES)) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    double value[N_MEASURES], square[N_MEASURES];
+    PyObject **items = PySequence_Fast_ITEMS(values);
+    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+        if (measure_value(items[i], &value[i]) < 0) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        square[i] = value[i] * value[i];
+    }
+    if (!PyType_Check(make) || Py_TYPE(overall) != (PyTypeObject *)make) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *counted = PyDict_New();
+    if (counted == NULL) {
+        return NULL;
+    }
+    /* The aggregates to count in, with their lists: all found (made) and checked before
+     * anything is counted, so that Python folds whatever is declined. Each is exactly
+     * of the class make: setting its count runs no Python code. */
+    PyObject *targets[MAX_AGGREGATES], *sums[MAX_AGGREGATES], *sumsqs[MAX_AGGREGATES],
+        *counts[MAX_AGGREGATES];
+    for (Py_ssize_t t = 0; t < MAX_AGGREGATES; t++) {
+        sums[t] = sumsqs[t] = counts[t] = NULL;
+    }
+    Py_ssize_t n = 0;
+    int declined = 0;
+    PyObject *result = NULL;
+    Py_INCREF(overall);
+    targets[n++] = overall;
+    if (facets != Py_None) {
+        Py_ssize_t position = 0;
+        PyObject *facet, *facet_value;
+        while (PyDict_Next(facets, &position, &facet, &facet_value)) {
+            PyObject *as_counted = facet_value;
+            PyObject *aggregate = aggregate_of(by_facet, facet, &as_counted, limit, other, make);
+            if (aggregate == NULL) {
+                if (PyErr_Occurred()) {
+                    goto release;
+                }
+                declined = 1;
+                break;
+            }
+            targets[n++] = aggregate;
+            if (PyDict_SetItem(counted, facet, as_counted) < 0) {
+                goto release;
+            }
+        }
+    }
+    for (Py_ssize_t t = 0; t < n && !declined; t++) {
+        if (Py_TYPE(targets[t]) != (PyTypeObject *)make) {
+            declined = 1;
+            break;
+        }
+        counts[t] = PyObject_GetAttr(targets[t], count_str);
+        sums[t] = PyObject_GetAttr(targets[t], sums_str);
+        sumsqs[t] = PyObject_GetAttr(targets[t], sumsqs_str);
+        if (counts[t] == NULL || sums[t] == NULL || sumsqs[t] == NULL) {
+            PyErr_Clear(); /* Python raises it */
+            declined = 1;
+        }
+        else if (!PyLong_CheckExact(counts[t]) || float_slots(sums[t]) < 0 ||
+                 float_slots(sumsqs[t]) < 0 || sums[t] == sumsqs[t]) {
+            /* One list as both would take the square from the sum before it. */
+            declined = 1;
+        }
+    }
+    if (!declined) {
+        for (Py_ssize_t t = 0; t < n; t++) {
+            PyObject *next = PyNumber_Add(counts[t], one_int);
+            if (next == NULL) {
+                goto release;
+            }
+            int failed = PyObject_SetAttr(targets[t], count_str, next);
+            Py_DECREF(next);
+            if (failed < 0) {
+                goto release;
+            }
+            for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+                PyObject *sum = PyFloat_FromDouble(
+                    PyFloat_AS_DOUBLE(PyList_GET_ITEM(sums[t], i)) + value[i]);
+                PyObject *sumsq = PyFloat_FromDouble(
+                    PyFloat_AS_DOUBLE(PyList_GET_ITEM(sumsqs[t], i)) + square[i]);
+                if (sum == NULL || sumsq == NULL) {
+                    Py_XDECREF(sum);
+                    Py_XDECREF(sumsq);
+                    goto release;
+                }
+                PyList_SetItem(sums[t], i, sum); /* releases the number it replaces */
+                PyList_SetItem(sumsqs[t], i, sumsq);
+            }
+        }
+        Py_INCREF(counted);
+        result = counted;
+    }
+    else {
+        Py_INCREF(Py_NotImplemented);
+        result = Py_NotImplemented;
+    }
+release:
+    for (Py_ssize_t t = 0; t < n; t++) {
+        Py_XDECREF(counts[t]);
+        Py_XDECREF(sums[t]);
+        Py_XDECREF(sumsqs[t]);
+        Py_DECREF(targets[t]);
+    }
+    Py_DECREF(counted);
+    return result;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"configure", kernel_configure, METH_VARARGS,
      "configure(log2_ranks, gains, max_grade, values_type): the Python kernel's tables."},
@@ -604,6 +806,9 @@ static PyMethodDef kernel_methods[] = {
      "score_joined(text, ...): score() of text.split('\\n'), without splitting the tail."},
     {"observe", (PyCFunction)(void (*)(void))kernel_observe, METH_FASTCALL,
      "observe(targets, values, bounds): telemetry's histogram counting, or NotImplemented."},
+    {"rollup_add", (PyCFunction)(void (*)(void))kernel_rollup_add, METH_FASTCALL,
+     "rollup_add(overall, by_facet, values, facets, limit, other, make): RunRollup.add, "
+     "or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -624,7 +829,11 @@ PyInit__kernel(void)
      * only while the registry (scorer.core.measures) lists exactly these. */
     newline_str = PyUnicode_FromString("\n");
     one_int = PyLong_FromLong(1);
-    if (newline_str == NULL || one_int == NULL) {
+    count_str = PyUnicode_InternFromString("count");
+    sums_str = PyUnicode_InternFromString("sums");
+    sumsqs_str = PyUnicode_InternFromString("sumsqs");
+    if (newline_str == NULL || one_int == NULL || count_str == NULL || sums_str == NULL ||
+        sumsqs_str == NULL) {
         Py_DECREF(module);
         return NULL;
     }

@@ -23,6 +23,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from scorer.core.measures import METRIC_NAMES, each, unrolled
+from scorer.core.metrics import compiled
 from scorer.core.record import Record
 from scorer.core.stats import t_quantile_975, wilson_interval
 
@@ -207,6 +208,13 @@ class MetricAggregate(Record):
         return aggregate
 
 
+_rollup_add = compiled("rollup_add")
+"""The compiled :meth:`RunRollup.add` (``scorer/core/_kernel.c``): the same lookups and
+sums, done before anything is counted; NotImplemented for what it does not take (a
+subclass, a list that is not all floats, values that are not floats or ints), which the
+Python below then folds. None where the kernel is not built."""
+
+
 class RunRollup(Record):
     """The metrics of one run, overall and per facet value."""
 
@@ -230,6 +238,13 @@ class RunRollup(Record):
         (:meth:`MetricAggregate.add_partial`)."""
         if len(values) != _N:
             return self._add_partial(values, facets)
+        if _rollup_add is not None:
+            counted = _rollup_add(
+                self.overall, self.facets, values, facets, MAX_FACET_VALUES_PER_RUN,
+                OTHER_FACET_VALUE, MetricAggregate,
+            )  # fmt: skip
+            if counted is not NotImplemented:
+                return counted
         self.overall.add(values)
         counted: dict[str, str] = {}
         if facets:

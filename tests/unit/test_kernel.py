@@ -286,3 +286,107 @@ def test_counting_releases_the_numbers_it_replaces():
     assert observe(((*series, [0.0]),), values, telemetry.METRIC_BUCKETS) is None
     assert series[0][-1] == 7.75
     assert sys.getrefcount(counted) == before - 1
+
+
+facet_maps = st.one_of(
+    st.none(),
+    st.dictionaries(
+        st.sampled_from(["type", "region", "tier"]), st.sampled_from(["a", "b", "c", "d"]),
+        max_size=3,
+    ),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(metric_rows(), facet_maps), max_size=30), st.integers(1, 3))
+def test_a_run_rollup_folds_as_the_generated_python(rows, limit):
+    from scorer.core import rollup
+
+    # The Python fold itself: the module's compiled add taken away for one rollup.
+    compiled_rollup, python_rollup = rollup.RunRollup(), rollup.RunRollup()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rollup, "MAX_FACET_VALUES_PER_RUN", limit)
+        for values, facets in rows:
+            ours = compiled_rollup.add(values, facets)
+            patch.setattr(rollup, "_rollup_add", None)
+            theirs = python_rollup.add(values, facets)
+            patch.setattr(rollup, "_rollup_add", metrics.compiled("rollup_add"))
+            assert ours == theirs and list(ours) == list(theirs)  # the same facets, in order
+    pairs = [(compiled_rollup.overall, python_rollup.overall)] + [
+        (compiled_rollup.facets[f][v], python_rollup.facets[f][v])
+        for f in python_rollup.facets
+        for v in python_rollup.facets[f]
+    ]
+    assert list(compiled_rollup.facets) == list(python_rollup.facets)
+    for ours, theirs in pairs:
+        assert type(ours.count) is type(theirs.count) and ours.count == theirs.count
+        assert exact(ours.sums, theirs.sums) and exact(ours.sumsqs, theirs.sumsqs)
+
+
+def test_a_rollup_fold_it_does_not_take_is_left_to_python_untouched():
+    from scorer.core import rollup
+
+    rollup_add = metrics.compiled("rollup_add")
+    limit, other = rollup.MAX_FACET_VALUES_PER_RUN, rollup.OTHER_FACET_VALUE
+    values = MetricValues(0.5, 0.5, 0.5, 0.5, 1, 0.5, 0.5)
+
+    class Subclass(rollup.MetricAggregate):
+        __slots__ = ()
+
+    one_list = rollup.MetricAggregate()
+    one_list.sumsqs = one_list.sums  # a square would be taken from the sum before it
+    declined = [
+        # (overall, by facet, values, facets)
+        (one_list, {}, values, None),
+        (Subclass(), {}, values, None),  # not the class itself
+        (rollup.MetricAggregate(), {}, [*values[:-1], True], None),  # a bool is not a measure
+        (rollup.MetricAggregate(), {}, values[:-1], None),  # fewer values
+        (rollup.MetricAggregate(sums=[0] * len(FIELDS)), {}, values, None),  # int sums
+        (rollup.MetricAggregate(), {"type": []}, values, {"type": "a"}),  # not a dict
+        (rollup.MetricAggregate(), {}, values, {"type": "a"}.items()),  # not a dict
+    ]
+    for overall, by_facet, row, facets in declined:
+        before = overall.to_state()
+        result = rollup_add(overall, by_facet, row, facets, limit, other, rollup.MetricAggregate)
+        assert result is NotImplemented
+        assert overall.to_state() == before and overall.count == 0
+    # One aggregate that is not all floats: nothing is counted anywhere.
+    by_facet = {"type": {"a": rollup.MetricAggregate(sumsqs=[0.0] * 6 + [1])}}
+    overall = rollup.MetricAggregate()
+    facets = {"type": "a"}
+    assert rollup_add(overall, by_facet, values, facets, limit, other, rollup.MetricAggregate) is (
+        NotImplemented
+    )
+    assert overall.count == 0 and by_facet["type"]["a"].count == 0
+    # ...and RunRollup.add then folds it in Python, as before.
+    run = rollup.RunRollup(overall, by_facet)
+    assert run.add(values, facets) == {"type": "a"}
+    assert overall.count == 1 and by_facet["type"]["a"].sumsqs[-1] == 1.25
+
+
+def test_a_rollup_fold_releases_the_numbers_it_replaces():
+    import sys
+
+    from scorer.core import rollup
+
+    counted = float("7.25")  # an object of its own, referenced here and by the list
+    overall = rollup.MetricAggregate()
+    overall.sums[0] = counted
+    before = sys.getrefcount(counted)
+    values = MetricValues(0.5, 0.5, 0.5, 0.5, 1, 0.5, 0.5)
+    rollup_add = metrics.compiled("rollup_add")
+    limit, other = rollup.MAX_FACET_VALUES_PER_RUN, rollup.OTHER_FACET_VALUE
+    assert rollup_add(overall, {}, values, None, limit, other, rollup.MetricAggregate) == {}
+    assert overall.sums[0] == 7.75 and overall.count == 1
+    assert sys.getrefcount(counted) == before - 1
+
+
+def test_a_rollup_fold_counts_a_facets_later_values_as_other():
+    from scorer.core import rollup
+
+    run = rollup.RunRollup()
+    values = MetricValues(1.0, 0.5, 0.25, 1.0, 1, 1.0, 0.5)
+    counted = [run.add(values, {"type": t}) for t in [f"t{i}" for i in range(202)]]
+    assert counted[199] == {"type": "t199"} and counted[200] == counted[201] == {"type": "other"}
+    assert len(run.facets["type"]) == 201 and run.facets["type"]["other"].count == 2
+    assert run.facets["type"]["other"].sums == [2.0, 1.0, 0.5, 2.0, 2.0, 2.0, 1.0]
