@@ -211,7 +211,9 @@ def score_result(
         now if isinstance(now, str) else (now or datetime.now(UTC)).isoformat(),
     )
     if result.timestamp is not None:
-        document["timestamp"] = result.timestamp.isoformat()
+        # orjson writes a datetime as isoformat() does (the same text for every one the
+        # model reads: tests/unit/test_stream_events.py), without a str object made here.
+        document["timestamp"] = result.timestamp
     confidence = result.top_confidence()
     if confidence is not None:
         document["confidence"] = confidence

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta, timezone
+
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import GoldenQuery, RetrievalResult, ScoredResult
 from scorer.core.metrics import Judgments, retrieval_metrics
@@ -282,3 +286,22 @@ def test_the_count_and_byte_bounds_apply_together():
     decisions = parked_of([raw] * 5, max_bytes=10_000, max_per_query=3)
     assert [item.result_id for item in decisions[-1].parked] == ["r2", "r3", "r4"]
     assert [item.result_id for item in decisions[-1].evicted] == ["r1"]
+
+
+offsets = st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda m: timezone(timedelta(minutes=m)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.datetimes(timezones=st.one_of(st.none(), offsets)), st.booleans())
+def test_the_scored_timestamp_is_the_read_timestamps_isoformat(when, as_z):
+    # The model reads the wire's text into its own tzinfo class; the scored document
+    # carries the datetime for orjson to write, which must be the text isoformat() gives.
+    text = when.isoformat()
+    if as_z and text.endswith("+00:00"):
+        text = text[: -len("+00:00")] + "Z"
+    wire = orjson.dumps({"resultId": "r1", "runId": "run", "queryId": "q1", "ranked": ["A"],
+                         "timestamp": text})  # fmt: skip
+    read = events.decode_result(wire)
+    scored = events.score_result(read, events.golden_entry(GOLDEN), 10, "2026-01-01T00:00:00")
+    assert orjson.loads(scored.payload)["timestamp"] == read.timestamp.isoformat()
+    assert read.timestamp == when
