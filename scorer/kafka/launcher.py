@@ -1,6 +1,6 @@
 """A single-node Apache Kafka broker (KRaft) assembled from Maven Central jars.
 
-No Docker and no release tarball: ``deploy/kafka/pom.xml`` names the broker and
+No Docker and no release tarball: ``broker/pom.xml`` (package data) names the broker and
 its logging backend, Maven copies their runtime jars once into a per-version
 cache, and the broker runs as a detached JVM whose files live in
 ``<state_dir>/kafka``:
@@ -37,9 +37,10 @@ from string import Template
 from scorer.settings import BOOTSTRAP_FILE
 
 KAFKA_VERSION = "4.1.2"
-"""The broker version; keep it equal to ``kafka.version`` in deploy/kafka/pom.xml."""
+"""The broker version; keep it equal to ``kafka.version`` in broker/pom.xml."""
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "kafka"
+DEPLOY_DIR = Path(__file__).resolve().parent / "broker"
+"""The broker's pom and config templates: package data, so a plain install has them."""
 JVM_OPTIONS: tuple[str, ...] = (
     "-Xms256m",
     "-Xmx512m",
@@ -116,7 +117,7 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
         )
     pom = DEPLOY_DIR / "pom.xml"
     if not pom.is_file():
-        raise LauncherError(f"{pom} is missing: run scorer from a checkout of the repository")
+        raise LauncherError(f"{pom} is missing: reinstall retrieval-scorer (package data lost)")
     lib.parent.mkdir(parents=True, exist_ok=True)
     scratch = lib.parent / f"lib.partial-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)

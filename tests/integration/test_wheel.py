@@ -4,6 +4,7 @@ and a fresh environment that installs it scores with that kernel."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,9 @@ def test_the_wheel_carries_the_compiled_kernel_and_a_plain_install_uses_it(tmp_p
         names = archive.namelist()
     assert any(n.startswith("scorer/core/_kernel.") and n.endswith(".so") for n in names)
     assert "scorer/core/_kernel.c" not in names  # the source stays out of the wheel
+    # `scorer kafka up` renders these: without them a plain install cannot start a broker.
+    for template in ("pom.xml", "server.properties", "log4j2.properties"):
+        assert f"scorer/kafka/broker/{template}" in names
 
     # Installed alone into a directory put first on the path (its dependencies are
     # this environment's).
@@ -80,3 +84,31 @@ def test_the_wheel_carries_the_compiled_kernel_and_a_plain_install_uses_it(tmp_p
     assert values.startswith("MetricValues(recall_at_k=0.5, precision_at_k=0.3333333333333333")
     assert f"ndcg_at_10={(7.0 / 1.584962500721156 + 1.0 / 2.321928094887362) / ideal!r}" in values
     assert "mrr=0.5, hit_at_k=1, judged_at_k=0.6666666666666666" in values
+
+    # The embedded broker, from the installed package alone: up, status, down.
+    cli = (
+        "import sys; sys.path[:0] = [sys.argv.pop(1)]\n"
+        "import scorer\n"
+        "assert scorer.__file__.startswith(sys.path[0]), scorer.__file__\n"
+        "from scorer.cli.entry import main\n"
+        "main()\n"
+    )
+    env = {**os.environ, "SCORER_STATE_DIR": str(tmp_path / "state")}
+
+    def scorer_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", cli, str(target), "kafka", *args],
+            capture_output=True, text=True, timeout=150, cwd=tmp_path, env=env, check=False,
+        )  # fmt: skip
+
+    try:
+        up = scorer_cli("up", "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
+        status = scorer_cli("status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        bootstrap = (tmp_path / "state" / "kafka" / "bootstrap").read_text().strip()
+        assert bootstrap.startswith("127.0.0.1:") and bootstrap in status.stdout
+    finally:
+        down = scorer_cli("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert scorer_cli("status").returncode == 1
