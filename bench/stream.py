@@ -794,6 +794,14 @@ def main() -> None:
         help=f"with --baseline: {BASELINE} runs exactly_once and is compared with scorer-eos",
     )
     parser.add_argument(
+        "--baseline-setting",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help=f"with --baseline: a Settings field of {BASELINE} (e.g. "
+        "caught_up_commit_seconds=0.1; with --baseline . an A/B of one setting)",
+    )
+    parser.add_argument(
         "--profile", type=Path, help="py-spy each throughput run into collapsed stacks here"
     )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
@@ -839,6 +847,7 @@ def main() -> None:
                 BASELINE,
                 partitions=args.partitions,
                 processing_guarantee="exactly_once" if args.baseline_eos else "at_least_once",
+                **dict(setting.split("=", 1) for setting in args.baseline_setting),
             )
         asyncio.run(
             create_topics(
