@@ -39,7 +39,7 @@ from scorer.settings import BOOTSTRAP_FILE
 KAFKA_VERSION = "4.1.2"
 """The broker version; keep it equal to ``kafka.version`` in broker/pom.xml."""
 
-DEPLOY_DIR = Path(__file__).resolve().parent / "broker"
+BROKER_FILES = Path(__file__).resolve().parent / "broker"
 """The broker's pom and config templates: package data, so a plain install has them."""
 JVM_OPTIONS: tuple[str, ...] = (
     "-Xms256m",
@@ -115,7 +115,7 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
             f"mvn not found on PATH: install Maven (apt-get install maven) to fetch Kafka "
             f"{version} into {lib}"
         )
-    pom = DEPLOY_DIR / "pom.xml"
+    pom = BROKER_FILES / "pom.xml"
     if not pom.is_file():
         raise LauncherError(f"{pom} is missing: reinstall retrieval-scorer (package data lost)")
     lib.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +214,7 @@ def start_broker(
     if sasl:
         listeners.append(f"SASL_PLAINTEXT://{HOST}:{extra[0]}")
     properties = home / "server.properties"
-    template = Template((DEPLOY_DIR / "server.properties").read_text())
+    template = Template((BROKER_FILES / "server.properties").read_text())
     properties.write_text(
         template.substitute(
             controller_port=controller_port,
@@ -224,7 +224,7 @@ def start_broker(
         )
     )
     log4j = home / "log4j2.properties"
-    shutil.copyfile(DEPLOY_DIR / "log4j2.properties", log4j)
+    shutil.copyfile(BROKER_FILES / "log4j2.properties", log4j)
 
     classpath = f"{lib}/*"
     credentials = None

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from scorer.settings import local_bootstrap
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
@@ -106,8 +108,9 @@ def test_the_wheel_carries_the_compiled_kernel_and_a_plain_install_uses_it(tmp_p
         assert up.returncode == 0, up.stdout + up.stderr
         status = scorer_cli("status")
         assert status.returncode == 0, status.stdout + status.stderr
-        bootstrap = (tmp_path / "state" / "kafka" / "bootstrap").read_text().strip()
-        assert bootstrap.startswith("127.0.0.1:") and bootstrap in status.stdout
+        bootstrap = local_bootstrap(tmp_path / "state")
+        assert bootstrap is not None and bootstrap.startswith("127.0.0.1:"), bootstrap
+        assert bootstrap in status.stdout
     finally:
         down = scorer_cli("down")
     assert down.returncode == 0, down.stdout + down.stderr
