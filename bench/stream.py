@@ -760,6 +760,14 @@ def plot(results: dict[str, list[Figures]], loads: dict[float, float], path: Pat
 # ---------------------------------------------------------------- main
 
 
+def setting_argument(text: str) -> tuple[str, str]:
+    """``FIELD=VALUE`` of ``--baseline-setting`` (Settings validates the value)."""
+    field, equals, value = text.partition("=")
+    if not equals or not field:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIELD=VALUE")
+    return field, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short run (fewer events, 2 reps)")
@@ -797,6 +805,7 @@ def main() -> None:
         "--baseline-setting",
         action="append",
         default=[],
+        type=setting_argument,
         metavar="FIELD=VALUE",
         help=f"with --baseline: a Settings field of {BASELINE} (e.g. "
         "caught_up_commit_seconds=0.1; with --baseline . an A/B of one setting)",
@@ -847,7 +856,7 @@ def main() -> None:
                 BASELINE,
                 partitions=args.partitions,
                 processing_guarantee="exactly_once" if args.baseline_eos else "at_least_once",
-                **dict(setting.split("=", 1) for setting in args.baseline_setting),
+                **dict(args.baseline_setting),
             )
         asyncio.run(
             create_topics(
