@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -760,11 +761,17 @@ def plot(results: dict[str, list[Figures]], loads: dict[float, float], path: Pat
 # ---------------------------------------------------------------- main
 
 
-def setting_argument(text: str) -> tuple[str, str]:
-    """``FIELD=VALUE`` of ``--baseline-setting`` (Settings validates the value)."""
+def setting_argument(text: str) -> tuple[str, object]:
+    """``FIELD=VALUE`` of ``--baseline-setting`` (Settings validates the value); a
+    VALUE in brackets is a JSON array (``gc_thresholds=[10000,10,10]``)."""
     field, equals, value = text.partition("=")
     if not equals or not field:
         raise argparse.ArgumentTypeError(f"{text!r} is not FIELD=VALUE")
+    if value.startswith("["):
+        try:
+            return field, json.loads(value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
     return field, value
 
 

@@ -13,7 +13,7 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -215,6 +215,13 @@ class Settings(BaseSettings):
         description="The most results handed to scoring at once: a larger fetched batch is "
         "scored in parts, taken in turn across partitions, each part's scored events sent "
         "before the next is scored (latency under load; docs/benchmarks.md).",
+    )
+    gc_thresholds: tuple[
+        Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
+    ] = Field(
+        (10_000, 10, 10),
+        description="The garbage collector's three thresholds (gc.set_threshold) once the "
+        "tables are recovered, as a JSON array (docs/operations.md).",
     )
     producer_linger_seconds: float = Field(
         0.0,

@@ -15,10 +15,14 @@ YOUNG_GC_THRESHOLD = 10_000
 """Allocations between collections of the youngest generation once the tables are
 recovered (CPython's default is 700)."""
 
+THRESHOLDS = (YOUNG_GC_THRESHOLD, 10, 10)
+"""``gc.set_threshold``'s three once the tables are recovered (the setting
+``gc_thresholds``)."""
 
-def settle_after_recovery() -> None:
+
+def settle_after_recovery(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:
     """Freeze what is alive now (the recovered tables live as long as the worker) and
-    collect the youngest generation every :data:`YOUNG_GC_THRESHOLD` allocations."""
+    set the collector's ``thresholds`` (``gc.set_threshold``'s three)."""
     # Out of the collector's reach, full collections no longer walk the tables
     # (measured in bench/stream.py: gen-2 pauses of 30-240 ms, 365-765 ms in all per
     # run, fell to 100-160 ms; with a million judged queries they would take seconds).
@@ -27,4 +31,4 @@ def settle_after_recovery() -> None:
     # threshold (700) the youngest generation was collected every few results,
     # about 3 µs a result in all; at 10,000 about 1 µs (the handlers measured
     # alone), each collection still well under a millisecond.
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
+    gc.set_threshold(*thresholds)

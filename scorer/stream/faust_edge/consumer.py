@@ -505,6 +505,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         self.background_topics = edge.background_topics
         self.before_commit = edge.before_commits
         self.batch_max_records = edge.config.batch_max_records
+        self.gc_thresholds = edge.config.gc_thresholds
         self.recovery = edge.recovery
         self.graceful_stop = edge.stop
         exactly_once = edge.config.exactly_once
@@ -546,7 +547,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         input partition's ledger starts at its position."""
         await super().perform_seek()
         # The tables were just recovered: their entries live as long as the worker.
-        settle_after_recovery()
+        settle_after_recovery(self.gc_thresholds)
         inputs = self._input_partitions()
         unset = {tp for tp in inputs if not self._committed_offset.get(tp)}
         if not inputs:

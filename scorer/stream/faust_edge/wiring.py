@@ -14,6 +14,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scorer.stream.collector import THRESHOLDS
+
 if TYPE_CHECKING:
     from scorer.settings import Settings
     from scorer.stream.faust_edge import Edge
@@ -39,6 +41,8 @@ class EdgeConfig:
     most this often (0: only on Faust's timer)."""
     caught_up_lag_records: int = 0
     """How many records from its end an input partition counts as caught up."""
+    gc_thresholds: tuple[int, int, int] = THRESHOLDS
+    """The collector's thresholds once the tables are recovered (``collector``)."""
     batch_max_records: int | None = None
     """A routed topic's fetched batches are handed over in parts of at most this many
     records (None: whole), but the background topics'."""
@@ -52,6 +56,7 @@ class EdgeConfig:
             caught_up_commit_seconds=settings.caught_up_commit_seconds,
             caught_up_lag_records=settings.caught_up_lag_records,
             batch_max_records=settings.batch_max_records,
+            gc_thresholds=settings.gc_thresholds,
         )
 
 
