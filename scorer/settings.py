@@ -219,7 +219,7 @@ class Settings(BaseSettings):
     gc_thresholds: tuple[
         Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
     ] = Field(
-        (10_000, 10, 10),
+        (50_000, 20, 100),
         description="The garbage collector's three thresholds (gc.set_threshold) once the "
         "tables are recovered, as a JSON array (docs/operations.md).",
     )

@@ -5,19 +5,23 @@ The worker calls :func:`settle_after_recovery` when the tables are recovered
 the handlers (``bench/stream_growth.py``, ``bench/stream_stages.py``) calls it once
 its tables are loaded, so that its figures are the worker's and not inflated by
 collections the worker does not make.
+
+:data:`COLLECTIONS` times every collection the process makes (a ``gc`` callback,
+installed by :func:`time_collections`); the worker exports the totals as
+``scorer_gc_seconds_total`` and ``scorer_gc_collections_total`` by generation.
 """
 
 from __future__ import annotations
 
 import gc
+import time
+from typing import Any
 
-YOUNG_GC_THRESHOLD = 10_000
-"""Allocations between collections of the youngest generation once the tables are
-recovered (CPython's default is 700)."""
-
-THRESHOLDS = (YOUNG_GC_THRESHOLD, 10, 10)
+THRESHOLDS = (50_000, 20, 100)
 """``gc.set_threshold``'s three once the tables are recovered (the setting
-``gc_thresholds``)."""
+``gc_thresholds``; CPython's defaults are 700, 10, 10): the youngest generation is
+collected every 50,000 net allocations of containers, the middle one every 20 of
+those, the whole heap (but what is frozen) after 100 of those at the earliest."""
 
 
 def settle_after_recovery(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:
@@ -27,8 +31,40 @@ def settle_after_recovery(thresholds: tuple[int, int, int] = THRESHOLDS) -> None
     # (measured in bench/stream.py: gen-2 pauses of 30-240 ms, 365-765 ms in all per
     # run, fell to 100-160 ms; with a million judged queries they would take seconds).
     gc.freeze()
-    # Each result makes a few hundred short-lived containers: with the default
-    # threshold (700) the youngest generation was collected every few results,
-    # about 3 µs a result in all; at 10,000 about 1 µs (the handlers measured
-    # alone), each collection still well under a millisecond.
+    # Nearly every container a result makes is freed by its reference count within
+    # the batch: a collection finds the batch's live working set and frees nothing.
+    # With CPython's 700 the youngest generation was collected every few results
+    # (about 3 µs a result); at 10,000, 1.1-1.3% of the worker's busy CPU went to
+    # collections, at these thresholds about 0.0-0.2% (bench/stream.py, timed by
+    # COLLECTIONS; docs/benchmarks.md).
     gc.set_threshold(*thresholds)
+
+
+class CollectionTimes:
+    """Seconds spent in the garbage collector and collections made, per generation,
+    since it was installed (``gc.callbacks``: called at the start and the stop of every
+    collection, about a microsecond each)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.seconds[generation] += time.perf_counter() - self._started
+        self.collections[generation] += 1
+
+
+COLLECTIONS = CollectionTimes()
+"""This process's collections, timed once :func:`time_collections` has run."""
+
+
+def time_collections() -> CollectionTimes:
+    """Time every collection from now on into :data:`COLLECTIONS` (once per process)."""
+    if COLLECTIONS not in gc.callbacks:
+        gc.callbacks.append(COLLECTIONS)
+    return COLLECTIONS

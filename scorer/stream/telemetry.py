@@ -36,6 +36,10 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
 - ``scorer_scoring_latency_seconds``: from consuming a result to handing its
   scored record to the producer. ``scorer_result_age_seconds``: from the
   record's Kafka timestamp to scoring (end-to-end delay, lag included).
+- ``scorer_gc_seconds_total{generation}`` and ``scorer_gc_collections_total{generation}``:
+  the process's time in the garbage collector and its collections, generation
+  0, 1 or 2 (``scorer.stream.collector``); their rate against
+  ``process_cpu_seconds_total`` is the share of the CPU the collector takes.
 
 Label values are bounded: only facets in the allowlist become labels, and
 each facet keeps at most ``max_values`` distinct values; the rest are
@@ -60,6 +64,7 @@ from scorer.analysis.risk_coverage import losses_of
 from scorer.core.measures import MEASURES, each, unrolled
 from scorer.core.metrics import MetricValues, compiled
 from scorer.settings import CONFIDENCE_EDGES
+from scorer.stream.collector import time_collections
 
 ALL = "all"
 OTHER = "other"
@@ -304,6 +309,42 @@ class SeriesCache:
         return targets
 
 
+class CollectorSeries:
+    """``scorer_gc_seconds_total`` and ``scorer_gc_collections_total`` by generation,
+    read at each scrape from the process's timed collections (``collector.COLLECTIONS``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._times = time_collections()
+        registry.register(self)
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        times = self._times
+        seconds, collections = self._families()
+        for generation in range(3):
+            seconds.add_metric([str(generation)], times.seconds[generation])
+            collections.add_metric([str(generation)], times.collections[generation])
+        yield seconds
+        yield collections
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "scorer_gc_seconds",
+                "Time in the garbage collector, by generation.",
+                labels=("generation",),
+            ),
+            CounterMetricFamily(
+                "scorer_gc_collections",
+                "Garbage collections, by generation.",
+                labels=("generation",),
+            ),
+        )
+
+
 class Telemetry:
     """The worker's Prometheus instruments, in a registry of its own."""
 
@@ -316,6 +357,7 @@ class Telemetry:
         self.registry = CollectorRegistry()
         self.facet_labels = FacetLabels(facet_allowlist, facet_max_values)
         self.metric_histograms = MetricHistograms(self.registry)
+        self.collector = CollectorSeries(self.registry)
         self.confidence_counters = ConfidenceCounters(self.registry, confidence_edges)
         self._series_cache = SeriesCache(
             self.facet_labels, self.metric_histograms, self.confidence_counters
