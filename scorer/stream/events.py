@@ -20,6 +20,7 @@ from schemas import GoldenQuery, RetrievalResult, describe_validation_error
 from scorer import __version__
 from scorer.core.measures import GROUPS, each, unrolled
 from scorer.core.metrics import Judgments, MetricValues, score
+from scorer.stream.outputs import new_tuple
 from scorer.stream.stored import (
     ParkedItem,
     encode_qrels_entry,
@@ -217,7 +218,7 @@ def score_result(
     confidence = result.top_confidence()
     if confidence is not None:
         document["confidence"] = confidence
-    return Scored(orjson.dumps(document), values, facets, confidence)
+    return new_tuple(Scored, (orjson.dumps(document), values, facets, confidence))
 
 
 def deadletter_headers(

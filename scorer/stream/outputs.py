@@ -15,6 +15,11 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
+new_tuple = tuple.__new__
+"""``new_tuple(Cls, (every field, in order))`` makes the named tuple ``Cls(...)`` does, at
+about 40% of its cost (130 against 320 ns for an :class:`Output`: the generated
+``__new__`` binds its arguments by name): for the ones made per result."""
+
 
 class Source(NamedTuple):
     """An input partition, as Faust's ``TP`` is (equal to it and hashed alike)."""

@@ -18,7 +18,7 @@ from typing import Any
 from schemas import RetrievalResult
 from scorer.settings import Settings
 from scorer.stream import events, limits, run_state
-from scorer.stream.outputs import Output, Source, TableWriter
+from scorer.stream.outputs import Output, Source, TableWriter, new_tuple
 from scorer.stream.placement import Misplaced
 from scorer.stream.stored import (
     ParkedItem,
@@ -107,7 +107,10 @@ class Scoring:
             telemetry.scored.inc()
         telemetry.observe_metrics(scored.values, scored.facets, confidence)
         telemetry.latency.observe(time.perf_counter() - started)
-        return Output(settings.scored_topic, query_id.encode(), scored.payload)
+        return new_tuple(
+            Output,
+            (settings.scored_topic, query_id.encode(), scored.payload, None, None, None, None),
+        )
 
     def rollup_outputs(self, force: bool = False) -> list[Output]:
         """The pending rollup contributions as records of the rollup topic, one per input
@@ -216,7 +219,7 @@ class ResultBatches:
             entry = qrels.get(result.query_id)
             if entry is not None:
                 entry = decode_qrels_entry(entry)
-                position = SourcePosition(topic, partition, record.offset)
+                position = new_tuple(SourcePosition, (topic, partition, record.offset, 0))
                 outputs.append(scoring.output(result, entry, started, position, scored_at, False))
                 scored += 1
                 continue

@@ -43,6 +43,7 @@ from scorer.analysis.risk_sketch import RiskSketch
 from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
 from scorer.core.metrics import MetricValues
 from scorer.core.rollup import RunRollup
+from scorer.stream.outputs import new_tuple
 from scorer.stream.stored import (
     SourcePosition,
     decode_run_state,
@@ -217,7 +218,7 @@ class RunBatch:
                     # Counted by the run state, and the block that said so was lost with
                     # a crash (or has expired): written again, so that a resend of it is
                     # still caught.
-                    seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+                    seen[seen_key] = new_tuple(SeenEntry, (stream, offset, seq, now, partition))
                 if not marking:
                     continue
             else:
@@ -232,7 +233,7 @@ class RunBatch:
                             continue
                         in_run = False
                     else:
-                        seen[seen_key] = SeenEntry(stream, offset, seq, now, partition)
+                        seen[seen_key] = new_tuple(SeenEntry, (stream, offset, seq, now, partition))
             if in_run:
                 rollup.add(values, facets)
             if len(values) != _N:

@@ -26,6 +26,7 @@ from faust.utils import json as faust_json
 from mode.utils.compat import want_bytes
 
 from scorer.stream.faust_edge.consumer import Output
+from scorer.stream.outputs import new_tuple
 
 
 class ChangelogWriter:
@@ -107,16 +108,8 @@ class ChangelogWriter:
                 None if isinstance(table.data, MemoryStore) else self._persisted,
             )
         name, encode_key, encode_value, on_sent = changelog
-        # Positional: a named tuple made with keywords costs twice as much.
-        return Output(
-            name,
-            encode_key(key),
-            None if value is None else encode_value(value),
-            None,
-            None,
-            partition,
-            on_sent,
-        )
+        value = None if value is None else encode_value(value)
+        return new_tuple(Output, (name, encode_key(key), value, None, None, partition, on_sent))
 
     def _persisted(self, future: Any) -> None:
         """Where the table's store keeps its changelog offset (rocksdb reads it at start)."""
