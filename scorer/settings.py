@@ -30,6 +30,10 @@ CONFIDENCE_EDGES = tuple(round(0.05 * step, 2) for step in range(1, 21))
 0.05 to 1.0 (then +Inf), for a confidence that is a probability or a cosine; other
 scales set ``SCORER_RISK_CONFIDENCE_EDGES``."""
 
+GC_THRESHOLDS = (50_000, 20, 100)
+"""Default of ``gc_thresholds``: ``gc.set_threshold``'s three once the tables are
+recovered (``scorer.stream.collector``)."""
+
 PARKED_RECORD_MARGIN = 16_384
 """Bytes of a parked-table changelog record besides its value (the parked list): the
 key (a queryId, at most 256 characters, 1 KiB in UTF-8), the record and batch overhead
@@ -219,7 +223,7 @@ class Settings(BaseSettings):
     gc_thresholds: tuple[
         Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
     ] = Field(
-        (50_000, 20, 100),
+        GC_THRESHOLDS,
         description="The garbage collector's three thresholds (gc.set_threshold) once the "
         "tables are recovered, as a JSON array (docs/operations.md).",
     )

@@ -17,7 +17,9 @@ import gc
 import time
 from typing import Any
 
-THRESHOLDS = (50_000, 20, 100)
+from scorer.settings import GC_THRESHOLDS
+
+THRESHOLDS = GC_THRESHOLDS
 """``gc.set_threshold``'s three once the tables are recovered (the setting
 ``gc_thresholds``; CPython's defaults are 700, 10, 10): the youngest generation is
 collected every 50,000 net allocations of containers, the middle one every 20 of
