@@ -696,3 +696,88 @@ def test_runs_kept_decoded_between_batches_fold_exactly_as_runs_decoded_afresh(s
         left = run_state.run_document(run_id, orjson.loads(orjson.dumps(cached_table[key])), 100)
         right = run_state.run_document(run_id, json_table[key], 100)
         assert left == right
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_query_entries_equal_an_independent_model_through_redeliveries_and_qrels_changes(
+    seed: int,
+) -> None:
+    """Each tracked query's entry, folded batch after batch with redeliveries, repeated
+    queries within a batch, several input partitions and qrels that change and change
+    back, holds what a plain model of its results says: the count, the sum of each
+    measure, the first answer and when it was folded, the current golden set and how
+    many results were scored against it (from the first result that carries qrels);
+    and the run counts the results scored against qrels that have since changed.
+    (Entries go through JSON between batches, as the changelog keeps them.)"""
+    import random
+
+    rng = random.Random(seed)
+    tables = Tables()
+    model: dict[str, dict[str, Any]] = {}
+    fingerprints = {q: rng.choice(["a1b2c3d4e5f60718", "ffee00112233aabb"]) for q in "abcd"}
+    changed_total = 0
+    folded: set[tuple[int, int]] = set()
+    next_offset = [0, 0]
+    for n in range(25):
+        now = 1000.0 + n
+        batch = tables.batch(now, dedupe=False, query_marks=True)
+        for _ in range(rng.randrange(1, 12)):
+            partition = rng.randrange(2)
+            if next_offset[partition] and rng.random() < 0.2:
+                offset = rng.randrange(next_offset[partition])  # redelivered
+            else:
+                offset = next_offset[partition]
+                next_offset[partition] += 1
+            if rng.random() < 0.1:  # a query's qrels change (or change back)
+                changing = rng.choice("abcd")
+                fingerprints[changing] = rng.choice(["a1b2c3d4e5f60718", "ffee00112233aabb"])
+            # A position always carries the same result (as a redelivery does).
+            prng = random.Random(f"{seed}:{partition}/{offset}")
+            values = [prng.random() for _ in METRIC_NAMES]
+            query = prng.choice("abcd")
+            # Rows of an earlier version carry no fingerprint: the golden set is kept.
+            fingerprint = fingerprints[query] if prng.random() < 0.8 else None
+            row = RollupRow("results", partition, offset, 0, f"r{partition}-{offset}", query,
+                            values, {}, None, fingerprint)  # fmt: skip
+            if (partition, offset) in folded or offset < max(
+                (o for p, o in folded if p == partition), default=-1
+            ):
+                assert batch.add_row(b"run-a", row) is False
+                continue
+            assert batch.add_row(b"run-a", row) is True
+            folded.add((partition, offset))
+            entry = model.setdefault(query, {"count": 0, "sums": [0.0] * len(values)})
+            if not entry["count"]:
+                entry["first"] = [now, *values]
+            entry["count"] += 1
+            entry["sums"] = [s + v for s, v in zip(entry["sums"], values, strict=True)]
+            if fingerprint is None:
+                pass
+            elif entry.get("golden") == fingerprint:
+                entry["scored"] += 1
+            else:
+                if "golden" in entry:
+                    changed_total += entry["scored"]
+                entry["golden"], entry["scored"] = fingerprint, 1
+        tables.queries.update(orjson.loads(orjson.dumps(batch.queries)))
+        for key, state in batch.finish("t").items():
+            tables.rollups[key] = orjson.loads(orjson.dumps(state))
+    assert model
+    for query, expected in model.items():
+        entry = tables.queries[run_state.query_key("run-a", query)]
+        numbers, marks = run_state.split_marks(entry)
+        assert marks is not None
+        assert numbers[0] == expected["count"]
+        assert run_state.query_means(entry) == pytest.approx(
+            [s / expected["count"] for s in expected["sums"]]
+        )
+        assert run_state.query_first(entry) == expected["first"]
+        if "golden" in expected:
+            # The golden set as the entry holds it: its fingerprint's first 52 bits.
+            golden = [float(int(expected["golden"][:13], 16)), expected["scored"]]
+            assert numbers[-2:] == golden
+        else:
+            assert len(numbers) == 2 + 2 * len(METRIC_NAMES)
+    state = decode_run_state(tables.rollups[b"run-a"])
+    assert state["queries"] == len(model)
+    assert state["changedQrels"] == changed_total
