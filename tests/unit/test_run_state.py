@@ -781,3 +781,53 @@ def test_query_entries_equal_an_independent_model_through_redeliveries_and_qrels
     state = decode_run_state(tables.rollups[b"run-a"])
     assert state["queries"] == len(model)
     assert state["changedQrels"] == changed_total
+
+
+# Every per-query entry layout a release has written (sums of the first ``measures``
+# measures): the changelog keeps them, and the reader tells them apart by length.
+WRITTEN_LAYOUTS = [
+    # (measures, first answers kept, golden set, marks)
+    (5, False, False, False),  # count and five sums
+    (5, True, False, False),
+    (6, True, False, False),
+    (7, True, False, False),
+    (7, True, True, False),  # 2026-12-03: the golden set
+    (7, True, False, True),  # 2026-12-05: marks (rows without qrels)
+    (7, True, True, True),
+]
+
+
+@pytest.mark.parametrize("layout", WRITTEN_LAYOUTS)
+def test_every_per_query_layout_ever_written_is_read_as_what_it_is(
+    layout: tuple[int, bool, bool, bool],
+) -> None:
+    """An entry is read by its length. Each layout written so far, with distinct
+    numbers, gives back its own count, means and first answer, NaN for the measures it
+    lacks, and folds one more result onto those numbers. Adding a measure makes the
+    current lengths those of an older layout (with an eighth measure, 2 + 2 * 8 = 18
+    items is also a seven-measure entry with its golden set): this test then fails
+    until the layouts are told apart some other way."""
+    measures, firsts, golden, marked = layout
+    count = 4.0
+    sums = [float(10 + m) for m in range(measures)]
+    first = [float(20 + m) / 100 for m in range(measures)]
+    entry: list[Any] = [count, *sums]
+    if firsts:
+        entry += [7.5, *first]
+    if golden:
+        entry += [123.0, 3.0]
+    if marked:
+        entry.append({"at": {"results/0": [9, 0]}, "new": ["results/0", 1, 0]})
+    means = run_state.query_means(entry)
+    assert means[:measures] == [s / count for s in sums]
+    assert all(map(math.isnan, means[measures:])) and len(means) == len(METRIC_NAMES)
+    expected_first = [7.5, *first] if firsts else [0.0, *(s / count for s in sums)]
+    got_first = run_state.query_first(entry)
+    assert got_first[: 1 + measures] == expected_first
+    assert all(map(math.isnan, got_first[1 + measures :]))
+    assert len(got_first) == 1 + len(METRIC_NAMES)
+    values = [1.0] * len(METRIC_NAMES)
+    folded = run_state.fold_query(run_state.split_marks(entry)[0], values, 99.0)
+    assert folded[0] == count + 1
+    assert folded[1 : 1 + measures] == [s + 1.0 for s in sums]
+    assert all(map(math.isnan, folded[1 + measures : 1 + len(METRIC_NAMES)]))
