@@ -831,3 +831,19 @@ def test_every_per_query_layout_ever_written_is_read_as_what_it_is(
     assert folded[0] == count + 1
     assert folded[1 : 1 + measures] == [s + 1.0 for s in sums]
     assert all(map(math.isnan, folded[1 + measures : 1 + len(METRIC_NAMES)]))
+
+
+def test_a_golden_mark_is_the_fingerprints_first_52_bits_and_the_cache_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``golden_mark`` keeps the marks it parsed (a fingerprint recurs with every result
+    of its query); past its bound the cache starts afresh, with the same answers."""
+    monkeypatch.setattr(run_state, "_MAX_GOLDEN_MARKS", 8)
+    monkeypatch.setattr(run_state, "_golden_marks", {})
+    fingerprints = [f"{n * 0x9E3779B97F4A7C15 % (1 << 64):016x}" for n in range(1, 30)]
+    for _ in range(2):
+        for fingerprint in fingerprints:
+            mark = run_state.golden_mark(fingerprint)
+            assert mark == int(fingerprint, 16) >> 12 and mark == int(mark)
+            assert len(run_state._golden_marks) <= 8
+    assert run_state.golden_mark("ffffffffffffffff") == float((1 << 52) - 1)  # exact in a float
