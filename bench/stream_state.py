@@ -134,6 +134,9 @@ def measure(bootstrap: str, workdir: Path, store: str, queries: int, timeout: fl
         time.sleep(2)
         figures["rss_mib"] = rss_mib(worker.process.pid)
         figures["judged"] = worker.metric("scorer_judged_queries")
+        figures["gc_s"] = [
+            worker.metric("scorer_gc_seconds_total", {"generation": str(g)}) for g in range(3)
+        ]
         figures["changelog_mib"] = changelog_bytes / 2**20
         data = workdir / f"data-{worker.port}"
         if store.startswith("rocksdb"):
@@ -171,9 +174,10 @@ def main() -> None:
     print()
     print(
         "| store | judged queries | changelog MiB | worker RSS MiB (table: Δ vs empty) "
-        "| bytes/query in RAM | on disk MiB | recovery to ready, s | warm restart, s |"
+        "| bytes/query in RAM | on disk MiB | recovery to ready, s | warm restart, s "
+        "| collector to ready, s (gen 0/1/2) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
         if not row["queries"]:
             continue
@@ -182,7 +186,8 @@ def main() -> None:
             f"| {row['store']} | {row['queries']:,} | {row['changelog_mib']:.0f} "
             f"| {row['rss_mib']:.0f} ({delta:+.0f}) | {delta * 2**20 / row['queries']:,.0f} "
             f"| {row.get('disk_mib', float('nan')):.0f} | {row['cold_s']:.1f} "
-            f"| {row.get('warm_s', float('nan')):.1f} |"
+            f"| {row.get('warm_s', float('nan')):.1f} "
+            f"| {sum(row['gc_s']):.1f} ({' / '.join(f'{g:.1f}' for g in row['gc_s'])}) |"
         )
     print(f"empty worker RSS MiB: {empty}")
 
