@@ -31,8 +31,8 @@ CONFIDENCE_EDGES = tuple(round(0.05 * step, 2) for step in range(1, 21))
 scales set ``SCORER_RISK_CONFIDENCE_EDGES``."""
 
 GC_THRESHOLDS = (50_000, 20, 100)
-"""Default of ``gc_thresholds``: ``gc.set_threshold``'s three once the tables are
-recovered (``scorer.stream.collector``)."""
+"""Default of ``gc_thresholds``: ``gc.set_threshold``'s three while the tables are
+recovered and after (``scorer.stream.collector``)."""
 
 PARKED_RECORD_MARGIN = 16_384
 """Bytes of a parked-table changelog record besides its value (the parked list): the
@@ -224,8 +224,8 @@ class Settings(BaseSettings):
         Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]
     ] = Field(
         GC_THRESHOLDS,
-        description="The garbage collector's three thresholds (gc.set_threshold) once the "
-        "tables are recovered, as a JSON array (docs/operations.md).",
+        description="The garbage collector's three thresholds (gc.set_threshold) while the "
+        "tables are recovered and after, as a JSON array (docs/operations.md).",
     )
     producer_linger_seconds: float = Field(
         0.0,

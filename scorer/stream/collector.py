@@ -1,6 +1,7 @@
 """The garbage collector as the worker runs it once its tables are recovered.
 
-The worker calls :func:`settle_after_recovery` when the tables are recovered
+The worker calls :func:`settle_before_recovery` when its consumer is made and
+:func:`settle_after_recovery` when the tables are recovered
 (``faust_edge.consumer.GuardedConsumer.perform_seek``); a harness that measures
 the handlers (``bench/stream_growth.py``, ``bench/stream_stages.py``) calls it once
 its tables are loaded, so that its figures are the worker's and not inflated by
@@ -20,10 +21,18 @@ from typing import Any
 from scorer.settings import GC_THRESHOLDS
 
 THRESHOLDS = GC_THRESHOLDS
-"""``gc.set_threshold``'s three once the tables are recovered (the setting
+"""``gc.set_threshold``'s three from the consumer's start on (the setting
 ``gc_thresholds``; CPython's defaults are 700, 10, 10): the youngest generation is
 collected every 50,000 net allocations of containers, the middle one every 20 of
 those, the whole heap (but what is frozen) after 100 of those at the earliest."""
+
+
+def settle_before_recovery(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:
+    """Set the collector's ``thresholds`` before the tables are recovered: recovery
+    makes the tables' containers by the million, and at CPython's 700, 10, 10 whole-heap
+    collections walked the growing tables again and again (2.4 of 14.1 s recovering
+    300,000 judged queries into a memory store: ``bench/stream_state.py``)."""
+    gc.set_threshold(*thresholds)
 
 
 def settle_after_recovery(thresholds: tuple[int, int, int] = THRESHOLDS) -> None:

@@ -35,6 +35,17 @@ def test_settle_after_recovery_freezes_what_is_alive_and_sets_the_thresholds(res
     assert gc.get_threshold() == collector.THRESHOLDS == (50_000, 20, 100)
 
 
+def test_settle_before_recovery_sets_the_thresholds_and_freezes_nothing(restored_gc):
+    """Made with the consumer, before any table is recovered: the recovered entries are
+    not yet alive to freeze, and the import-time heap stays collectable."""
+    gc.unfreeze()
+    collector.settle_before_recovery((23_456, 9, 40))
+    assert gc.get_threshold() == (23_456, 9, 40)
+    assert gc.get_freeze_count() == 0
+    collector.settle_before_recovery()
+    assert gc.get_threshold() == collector.THRESHOLDS
+
+
 def test_collections_are_timed_per_generation(restored_gc):
     times = collector.time_collections()
     assert collector.time_collections() is times

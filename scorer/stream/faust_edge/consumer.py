@@ -52,7 +52,7 @@ from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 from mode import Service
 
-from scorer.stream.collector import settle_after_recovery
+from scorer.stream.collector import settle_after_recovery, settle_before_recovery
 from scorer.stream.faust_edge.ledger import Admission, InputLedger
 from scorer.stream.faust_edge.recovery import Recovery, TransactionProducerGone, is_recoverable
 from scorer.stream.faust_edge.resume import HoldsInputsUntilSeeked
@@ -506,6 +506,7 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         self.before_commit = edge.before_commits
         self.batch_max_records = edge.config.batch_max_records
         self.gc_thresholds = edge.config.gc_thresholds
+        settle_before_recovery(self.gc_thresholds)  # the tables are recovered next
         self.recovery = edge.recovery
         self.graceful_stop = edge.stop
         exactly_once = edge.config.exactly_once

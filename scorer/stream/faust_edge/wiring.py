@@ -42,7 +42,8 @@ class EdgeConfig:
     caught_up_lag_records: int = 0
     """How many records from its end an input partition counts as caught up."""
     gc_thresholds: tuple[int, int, int] = THRESHOLDS
-    """The collector's thresholds once the tables are recovered (``collector``)."""
+    """The collector's thresholds from the consumer's start, through recovery and after
+    (``collector``)."""
     batch_max_records: int | None = None
     """A routed topic's fetched batches are handed over in parts of at most this many
     records (None: whole), but the background topics'."""
