@@ -1,4 +1,4 @@
-"""The garbage collector as the worker runs it once its tables are recovered.
+"""The garbage collector as the worker runs it: while its tables are recovered and after.
 
 The worker calls :func:`settle_before_recovery` when its consumer is made and
 :func:`settle_after_recovery` when the tables are recovered
