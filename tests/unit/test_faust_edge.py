@@ -1154,3 +1154,41 @@ def test_no_attribute_the_edge_gives_the_consumer_shadows_one_of_faust_or_mode()
         "exactly_once",
     }
     assert sorted(name for name in thread if hasattr(AIOKafkaConsumerThread, name)) == []
+
+
+def test_a_batch_booked_while_the_commit_hooks_send_runs_them_again() -> None:
+    """At-least-once: a hook sends what the booked batches left pending, and nothing
+    holds the batch path while it waits; a batch booked meanwhile would have its
+    offsets in the commit and its pending outputs not. The hooks run again until a
+    round in which none was booked, and the commit is skipped after five."""
+
+    async def scenario() -> None:
+        consumer, seen = batch_consumer()
+        consumer.ledger.started(RESULTS[0], 0)
+        rounds: list[int] = []
+
+        async def hook() -> None:
+            rounds.append(len(seen))
+            if len(rounds) == 1:  # a batch handled and booked while this one sends
+                await consumer._deliver_all({RESULTS[0]: batch(0, 1)})
+
+        consumer.before_commit = [hook]
+        assert await consumer._run_before_commit()
+        assert rounds == [0, 1]  # the second round saw the batch booked in the first
+        assert not consumer._booked_since_commit
+
+        busy, _ = batch_consumer()
+        busy.ledger.started(RESULTS[0], 0)
+        next_offset = [0]
+
+        async def always_booking() -> None:
+            first = next_offset[0]
+            next_offset[0] += 1
+            await busy._deliver_all({RESULTS[0]: batch(first, first)})
+
+        busy.before_commit = [always_booking]
+        assert not await busy._run_before_commit()
+        assert next_offset[0] == GuardedConsumer.HOOK_ROUNDS
+        assert busy._booked_since_commit  # the next chance to commit takes them
+
+    asyncio.run(scenario())

@@ -619,12 +619,10 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         async with self.gate.lock:
             if recovery.requested is not None:
                 return False
-            # Everything booked so far is in this commit's offsets.
-            self._booked_since_commit = False
             self._last_commit_started = monotonic()
             try:
-                for hook in self.before_commit:
-                    await hook()
+                if not await self._run_before_commit():
+                    return False
                 committed = await super().commit(*args, **kwargs)
                 if kwargs.get("start_new_transaction", True) is False:
                     committed = await self.gate.end_transactions() or committed
@@ -633,6 +631,30 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
                     return False
                 raise
             return committed and recovery.requested is None
+
+    HOOK_ROUNDS = 5
+    """Rounds of the ``before_commit`` hooks a commit tries (:meth:`_run_before_commit`)."""
+
+    async def _run_before_commit(self) -> bool:
+        """The ``before_commit`` hooks, again while a batch was booked as they ran; False
+        when one still was after :attr:`HOOK_ROUNDS` rounds (this commit is skipped).
+
+        A hook sends what the batches booked so far left pending (contributions, writes
+        behind). Under at-least-once nothing holds the batch path while it waits for
+        its send, so a batch can be handled and booked meanwhile; its offsets would be
+        in this commit and what it left pending would not. A round in which no batch
+        was booked ends with nothing pending from a booked batch, and nothing runs
+        between its end and Faust's choice of the offsets (no await in between)."""
+        for _ in range(self.HOOK_ROUNDS):
+            # Everything booked so far is in this commit's offsets.
+            self._booked_since_commit = False
+            for hook in self.before_commit:
+                await hook()
+            if not self._booked_since_commit:
+                return True
+        logger.info("Commit skipped: batches kept arriving while pending outputs were sent")
+        self._booked_since_commit = True
+        return False
 
     def ack(self, message: Any) -> bool:
         """Faust's ack, but under at-least-once not of a message of an earlier
