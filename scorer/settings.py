@@ -134,6 +134,16 @@ class Settings(BaseSettings):
             "(at-least-once). Set false while rolling over from a version without them."
         ),
     )
+    rollup_write_behind: bool = Field(
+        True,
+        description=(
+            "Under at_least_once with a memory store and query marks: the run states' and "
+            "per-query entries' changelog records are written once per offset commit (the "
+            "newest value of each key changed since the last one), not once per folded "
+            "batch; a crash before the commit loses them with the offsets, and the "
+            "redelivered batches fold them again. Off: written with every batch."
+        ),
+    )
     run_history_seconds: float = Field(
         300.0, gt=0, le=86_400, description="Width of a run's trend buckets (the run list's line)."
     )

@@ -54,6 +54,15 @@ class TableWriter(Protocol):
     def set(self, key: Any, value: Any, partition: int, outputs: list[Output]) -> None:
         """Store ``value``, its changelog record appended to ``outputs``."""
 
+    def put(self, key: Any, value: Any) -> None:
+        """Store ``value`` without a changelog record: the caller writes one with
+        :meth:`write_out` later, before the offsets of what it folded are committed
+        (``rollups.RollupFold``'s write-behind)."""
+
+    def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
+        """The changelog record of ``key`` as stored now (a tombstone when absent),
+        appended to ``outputs``."""
+
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         """Delete ``key`` when present, its tombstone appended to ``outputs``."""
 
@@ -73,6 +82,14 @@ class MemoryTable:
     def set(self, key: Any, value: Any, partition: int, outputs: list[Output]) -> None:
         self.data[key] = value
         outputs.append(Output(self.changelog, _encode(key), _encode(value), partition=partition))
+
+    def put(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+
+    def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
+        value = self.data.get(key)
+        encoded = None if value is None else _encode(value)
+        outputs.append(Output(self.changelog, _encode(key), encoded, partition=partition))
 
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         if key in self.data:

@@ -7,8 +7,21 @@ pending first, so a crash loses no contribution whose input is not
 redelivered. The rollup topic's fetched batches (the Faust edge's batch path, as
 for results) are folded into the ``rollups`` table (keyed by
 run id, raw keys so that the web router finds a run's owner), the bounded
-``run_queries`` table and the ``rollup_seen`` table, one changelog record per
-run and fetched batch.
+``run_queries`` table and the ``rollup_seen`` table.
+
+The seen ids go to the changelog with every batch, one record per batch. Under
+at-least-once with a memory store, the run states and per-query entries are
+*written behind* (``rollup_write_behind``): a batch updates the store, and the
+newest value of each key it changed goes to the changelog once per offset commit
+(a hook that runs before the commit), as Kafka Streams' record caches do. A query
+or a run that recurs between two commits is one record instead of one per batch.
+That is exact because of what the commit covers: a crash loses the unwritten
+values together with the offsets of the batches that made them, and the rollup
+records are redelivered and folded again (the run state's watermarks and the
+entries' marks decide what each write lacks, as after any lost write). A
+RocksDB store keeps its own copy on disk, which would then run ahead of its
+changelog, and exactly_once writes in the batch's transaction: both write with
+every batch.
 """
 
 from __future__ import annotations
@@ -49,6 +62,13 @@ def register(parts: StreamParts) -> None:
 
     edge.before_commit(flush_pending)
 
+    async def write_out() -> None:
+        # Synchronous up to the send: a batch folded while it waits is written out by
+        # the next commit (the consumer runs the hooks again if one was booked).
+        await edge.send_all(fold.write_out(owned=edge.owned_partitions(settings.rollup_topic)))
+
+    edge.before_commit(write_out)
+
     @seen_table.on_recover
     async def index_seen_ids() -> None:
         """After every recovery (a start, a rebalance) and before any batch: the seen
@@ -67,6 +87,9 @@ class RollupFold:
 
     MAX_DECODED = 10_000
     """Runs kept decoded between batches at most (past it, they are decoded afresh)."""
+    MAX_UNSENT = 50_000
+    """Keys written behind at most: past it, a batch writes them all out with its own
+    outputs (early is always safe)."""
 
     def __init__(
         self,
@@ -88,12 +111,28 @@ class RollupFold:
         """Run states decoded by earlier batches (``RunBatch.decoded``)."""
         self._next_sweep: dict[int, float] = {}
         self._last_block_ns = 0
+        self.write_behind = (
+            settings.rollup_write_behind
+            and settings.rollup_query_marks
+            and settings.processing_guarantee == "at_least_once"
+            and settings.store.startswith("memory:")
+        )
+        """Run states and entries to the changelog once per commit (the module docstring)."""
+        self._unsent: dict[tuple[int, int], dict[Any, None]] = {}
+        """Keys stored and not yet written out, by (rollup partition, table: 0 run
+        states, 1 entries), in the order first changed."""
+        self._unsent_count = 0
         telemetry.rollup_seen_ids.set_function(lambda: len(self.window))
+        telemetry.rollup_unsent_writes.set_function(lambda: self._unsent_count)
 
     def reindex(self, stored: Iterable[tuple[str, Any]], owned: Container[int]) -> None:
         """The dedupe window of the rollup partitions ``owned``, from the ``seen``
         table's records ``stored``: after every recovery, before any batch."""
         self._decoded.clear()  # the recovered tables hold new objects
+        # Another worker folds a partition this one lost from its changelog and the
+        # rollup records after its committed offset: what was not written is its.
+        for where in [where for where in self._unsent if where[0] not in owned]:
+            self._unsent_count -= len(self._unsent.pop(where))
         if not self.settings.rollup_dedupe_seconds:
             return
         started = time.perf_counter()
@@ -146,8 +185,18 @@ class RollupFold:
         )
         for key, rows in decoded:
             batch.add_rows(key, rows)
-        for key, entry in batch.queries.items():
-            self.queries_out.set(key, entry, partition, outputs)
+        write_behind = self.write_behind
+        if write_behind:
+            put = self.queries_out.put
+            unsent = self._unsent.setdefault((partition, 1), {})
+            before = len(unsent)
+            for key, entry in batch.queries.items():
+                put(key, entry)
+                unsent[key] = None
+            self._unsent_count += len(unsent) - before
+        else:
+            for key, entry in batch.queries.items():
+                self.queries_out.set(key, entry, partition, outputs)
         if batch.seen:
             # Block keys carry the time, so that a batch folded again (redelivered)
             # writes a block of its own; nanoseconds, strictly increasing.
@@ -158,10 +207,49 @@ class RollupFold:
                 value = window.add(partition, key, now, block)
                 self.seen_out.set(key, value, partition, outputs)
             self._last_block_ns += n
-        for key, state in batch.finish(datetime.fromtimestamp(now, UTC).isoformat()).items():
-            self.rollups_out.set(key, state, partition, outputs)
+        changed = batch.finish(datetime.fromtimestamp(now, UTC).isoformat())
+        if write_behind:
+            put = self.rollups_out.put
+            unsent = self._unsent.setdefault((partition, 0), {})
+            before = len(unsent)
+            for key, state in changed.items():
+                put(key, state)
+                unsent[key] = None
+            self._unsent_count += len(unsent) - before
+            if self._unsent_count > self.MAX_UNSENT:
+                self.write_out(outputs)
+        else:
+            for key, state in changed.items():
+                self.rollups_out.set(key, state, partition, outputs)
         if batch.duplicates:
             telemetry.rollup_duplicates.inc(batch.duplicates)
         if batch.resent:
             telemetry.rollup_resent.inc(batch.resent)
         return outputs
+
+    def write_out(
+        self, outputs: list[Output] | None = None, owned: Container[int] | None = None
+    ) -> list[Output]:
+        """The changelog records of every key written behind (their values as stored
+        now), appended to ``outputs``; those of rollup partitions not in ``owned`` are
+        dropped instead (revoked: their new owner folds them again). Nothing is left
+        unsent after it: the hook before every offset commit."""
+        outputs = [] if outputs is None else outputs
+        tables = (self.rollups_out, self.queries_out)
+        for (partition, table), keys in self._unsent.items():
+            if owned is not None and partition not in owned:
+                continue
+            write = tables[table].write_out
+            for key in keys:
+                write(key, partition, outputs)
+        self._unsent = {}
+        self._unsent_count = 0
+        return outputs
+
+    def unsent(self) -> dict[str, list[Any]]:
+        """The keys written behind and not yet out, by table (``rollups``,
+        ``run_queries``): what a crash now would lose from the changelog."""
+        found: dict[str, list[Any]] = {"rollups": [], "run_queries": []}
+        for (_, table), keys in self._unsent.items():
+            found["run_queries" if table else "rollups"] += keys
+        return found

@@ -23,7 +23,9 @@ Names (the recording rules and dashboards in ``deploy/`` rely on them):
   rollups recognised and dropped (at-least-once only);
   ``scorer_rollup_resent_total``: scored records dropped because their run had
   already counted their resultId (a producer's retry: same result, new offset);
-  ``scorer_rollup_seen_ids``: resultIds the rollups remember for that check.
+  ``scorer_rollup_seen_ids``: resultIds the rollups remember for that check;
+  ``scorer_rollup_unsent_writes``: run states and per-query entries waiting for
+  the next offset commit to be written to their changelogs.
 - ``scorer_confidence_<quantity>_total`` and ``scorer_confidence_<quantity>_above_total``,
   ``<quantity>`` in ``results``, ``miss``, ``ndcg_loss``, labels ``facet``, ``value``
   and ``bucket``: per confidence bucket (fixed edges, ``SCORER_RISK_CONFIDENCE_EDGES``;
@@ -414,6 +416,12 @@ class Telemetry:
         self.rollup_seen_ids = Gauge(
             "scorer_rollup_seen_ids",
             "ResultIds this worker's run rollups remember (SCORER_ROLLUP_DEDUPE_SECONDS).",
+            registry=self.registry,
+        )
+        self.rollup_unsent_writes = Gauge(
+            "scorer_rollup_unsent_writes",
+            "Run states and per-query entries stored and not yet written to their "
+            "changelogs: written at the next offset commit (SCORER_ROLLUP_WRITE_BEHIND).",
             registry=self.registry,
         )
         self.latency = PlainHistogram(

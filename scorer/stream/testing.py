@@ -8,13 +8,16 @@ in-memory topics, and lets a test play what a cluster does to a worker:
   handler; ``redeliver`` hands records already fed to it again (a restart before
   the offset commit);
 - ``judge`` stores a golden query and releases its parked results, as the qrels
-  agent does; ``commit`` flushes the pending contributions (every offset commit
+  agent does; ``flush`` sends the pending contributions (once due); ``commit``
+  sends them too and writes out the fold's writes behind (every offset commit
   does); ``fold`` folds what the rollup topic holds and has not been folded,
   ``refold`` folds part of it again (the rollup topic redelivered);
 - ``crash`` loses what a worker keeps only in memory (pending contributions, the
-  dedupe index) and rebuilds the handlers over the tables as stored, as a restart
-  does after the tables' recovery; ``lose_writes`` undoes the table writes since
-  a point (a crash before they reached the changelog).
+  dedupe index, the writes behind: their keys go back to their last changelog
+  values) and rebuilds the handlers over the tables as recovered, as a restart
+  does; the next ``fold`` starts at the rollup offsets of the last ``commit``.
+  ``lose_writes`` undoes the table writes since a point (a crash before they
+  reached the changelog).
 
 It reads back what a user would: the scored records, the dead letters and the
 run documents of the API.
@@ -70,6 +73,12 @@ class Pipeline:
         self.topics: dict[str, dict[int, list[Record]]] = {}
         """Every record sent, by topic and partition, in order."""
         self._folded: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
+        """Per rollup partition, the offset a restart folds from (as committed)."""
+        self.changelogs: dict[str, dict[bytes, bytes | None]] = {}
+        """The last changelog record of each key, by changelog topic."""
+        self.changelog_writes: dict[str, int] = {}
+        """How many records each changelog topic was sent."""
         self.start()
 
     def start(self) -> None:
@@ -157,10 +166,20 @@ class Pipeline:
         self._send(outputs)
         return outputs
 
-    def commit(self) -> list[Output]:
-        """What every offset commit sends first: the pending run contributions."""
+    def flush(self) -> list[Output]:
+        """The pending run contributions sent without an offset commit (a results batch
+        sends them once they are due)."""
         outputs = self.scoring.rollup_outputs(force=True)
         self._send(outputs)
+        return outputs
+
+    def commit(self) -> list[Output]:
+        """What every offset commit sends first: the pending run contributions, and the
+        fold's writes behind."""
+        outputs = self.scoring.rollup_outputs(force=True)
+        self.rollups.write_out(outputs)
+        self._send(outputs)
+        self._committed = dict(self._folded)
         return outputs
 
     def settle(self) -> list[Output]:
@@ -203,7 +222,19 @@ class Pipeline:
             self.tables[name].data = copy.deepcopy(snapshot[name])
 
     def crash(self) -> None:
-        """Lose what the worker holds only in memory and start again over the tables."""
+        """Lose what the worker holds only in memory and start again over the tables as
+        their changelogs hold them."""
+        for name, keys in self.rollups.unsent().items():
+            table = self.tables[name]
+            written = self.changelogs.get(table.changelog, {})
+            for key in keys:
+                value = written.get(key if isinstance(key, bytes) else orjson.dumps(key))
+                if value is None:
+                    table.data.pop(key, None)
+                else:
+                    table.data[key] = orjson.loads(value)
+        # The rollup records folded since the last commit are delivered again.
+        self._folded = dict(self._committed)
         self.start()
 
     # ------------------------------------------------------------------ reading
@@ -234,6 +265,8 @@ class Pipeline:
         """Into the in-memory topics (the tables' changelog records are already applied)."""
         for output in outputs:
             if output.topic.endswith("-changelog"):
+                self.changelogs.setdefault(output.topic, {})[output.key] = output.value
+                self.changelog_writes[output.topic] = self.changelog_writes.get(output.topic, 0) + 1
                 continue
             partition = output.partition
             if partition is None:

@@ -991,6 +991,18 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
                     )
                     assert outputs[0].value == faust_value[0], (name, value)
                 assert outputs[0].partition == 1
+                # Written behind: stored with no record, the same record later.
+                writer.put(key, ["later", value])
+                assert writer.get(key) == ["later", value]
+                writer.write_out(key, 0, outputs)
+                assert outputs[1:] == [
+                    Output(
+                        topic.get_topic_name(),
+                        faust_key,
+                        topic.prepare_value(["later", value], value_serializer="json")[0],
+                        partition=0,
+                    )
+                ]
         _, encode_key, encode_value, _ = writer._changelog
         # The json tables take the direct path (else this test would prove nothing).
         assert encode_value.__name__ == "encode"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from schemas import GoldenQuery, RetrievalResult
 from scorer.core.metrics import retrieval_metrics
 from scorer.kafka.demo import DemoTraffic
+from scorer.stream.outputs import _encode
 from scorer.stream.run_state import split_marks
 from scorer.stream.seen import Block
 from scorer.stream.stored import decode_parked
@@ -318,6 +319,133 @@ def test_every_result_counts_once_whatever_a_crash_keeps_of_each_tables_writes(
     assert {key: entry[0] for key, entry in entries.items()} == {
         key: float(len(ids)) for key, ids in want.items()
     }
+    pipeline.commit()
+    assert_changelogs_hold_the_tables(pipeline)
+
+
+def assert_changelogs_hold_the_tables(pipeline: Pipeline) -> None:
+    """What a worker recovering the run states and per-query entries would read (each
+    key's last changelog record) is what the tables hold."""
+    for name in ("rollups", "run_queries"):
+        table = pipeline.tables[name]
+        written = pipeline.changelogs.get(table.changelog, {})
+        recovered = {key: value for key, value in written.items() if value is not None}
+        assert recovered == {_encode(key): _encode(value) for key, value in table.data.items()}
+
+
+def rounds(pipeline: Pipeline, results: list[RetrievalResult], times: int = 3) -> None:
+    """The same queries again and again: ``results`` fed ``times`` times (new resultIds
+    each time), each time folded in two batches per partition, then committed."""
+    for n in range(times):
+        again = [r.model_copy(update={"result_id": f"{r.result_id}-{n}"}) for r in results]
+        half = len(again) // 2
+        for part in (again[:half], again[half:]):
+            pipeline.feed(part)
+            pipeline.flush()
+            pipeline.fold()
+        pipeline.commit()
+
+
+def test_written_behind_each_key_goes_to_the_changelog_once_per_commit() -> None:
+    """At-least-once on a memory store: a run state or a query's entry changed by several
+    batches between two commits is one changelog record at the commit, its newest
+    value; with the write-behind off, one per batch. The runs and entries are the same
+    either way, and after a commit the changelogs hold what the tables hold."""
+    golden, results = traffic(results=60)
+    behind = judged(golden, clock=lambda: 1e6)
+    every_batch = judged(golden, clock=lambda: 1e6, rollup_write_behind=False)
+    assert behind.rollups.write_behind and not every_batch.rollups.write_behind
+    for pipeline in (behind, every_batch):
+        pipeline.feed(results[:30])
+        pipeline.settle()
+        # Stored at once (the API reads the tables), not yet written out:
+        unsent = pipeline.rollups.unsent()
+        assert pipeline.telemetry.registry.get_sample_value("scorer_rollup_unsent_writes") == sum(
+            len(keys) for keys in unsent.values()
+        )
+        if pipeline is behind:
+            assert len(unsent["run_queries"]) == len({(r.run_id, r.query_id) for r in results[:30]})
+            assert set(unsent["run_queries"]) <= set(pipeline.tables["run_queries"].data)
+        else:
+            assert unsent == {"rollups": [], "run_queries": []}
+        pipeline.commit()
+        rounds(pipeline, results)
+        assert pipeline.rollups.unsent() == {"rollups": [], "run_queries": []}
+        assert pipeline.telemetry.registry.get_sample_value("scorer_rollup_unsent_writes") == 0
+        assert_changelogs_hold_the_tables(pipeline)
+
+    for run in {r.run_id for r in results}:
+        assert behind.run(run) | {"updatedAt": None} == every_batch.run(run) | {"updatedAt": None}
+    assert behind.tables["run_queries"].data == every_batch.tables["run_queries"].data
+    # Written behind: each key once per commit that follows a change of it.
+    keys = {(r.run_id, r.query_id) for r in results}
+    first = {(r.run_id, r.query_id) for r in results[:30]}
+    assert behind.changelog_writes["run_queries-changelog"] == len(first) + 3 * len(keys)
+    runs = {r.run_id for r in results}
+    assert behind.changelog_writes["rollups-changelog"] == len(
+        {r.run_id for r in results[:30]}
+    ) + 3 * len(runs)
+    # With every batch: a key once per batch that changed it (two batches a round).
+    halves = (results[:30], results[30:])
+    assert every_batch.changelog_writes["run_queries-changelog"] == len(first) + 3 * sum(
+        len({(r.run_id, r.query_id) for r in half}) for half in halves
+    )
+    assert every_batch.changelog_writes["rollups-changelog"] == len(
+        {r.run_id for r in results[:30]}
+    ) + 3 * sum(len({r.run_id for r in half}) for half in halves)
+
+
+def test_a_crash_loses_the_writes_behind_with_their_offsets_and_they_are_folded_again() -> None:
+    golden, results = traffic(results=60)
+    behind = judged(golden, clock=lambda: 1e6)
+    reference = judged(golden, clock=lambda: 1e6, rollup_write_behind=False)
+    for pipeline in (behind, reference):
+        pipeline.feed(results[:30])
+        pipeline.settle()
+        pipeline.commit()
+        pipeline.feed(results[30:])
+        pipeline.flush()
+        pipeline.fold()  # folded and stored; the rollup offsets not committed
+    runs = {r.run_id for r in results}
+    counted = {run: behind.run(run)["count"] for run in runs}
+    assert counted == {run: reference.run(run)["count"] for run in runs}
+    assert sum(counted.values()) == 60
+    behind.crash()
+    # What the changelogs hold: the first 30 results, and their entries.
+    assert sum(behind.run(run)["count"] for run in runs if behind.run(run)) == 30
+    assert sum(entry[0] for entry in behind.tables["run_queries"].data.values()) == 30
+    behind.fold()  # the rollup records from the last committed offset, again
+    behind.commit()
+    reference.commit()
+    for run in runs:
+        assert behind.run(run) == reference.run(run)
+    entries = [p.tables["run_queries"].data for p in (behind, reference)]
+    assert [{key: split_marks(e)[0] for key, e in data.items()} for data in entries] == [
+        {key: split_marks(e)[0] for key, e in entries[1].items()}
+    ] * 2
+    assert_changelogs_hold_the_tables(behind)
+
+
+def test_the_writes_behind_of_a_partition_this_worker_lost_are_left_to_its_new_owner() -> None:
+    golden, results = traffic(results=30)
+    pipeline = judged(golden, clock=lambda: 1e6)
+    pipeline.feed(results)
+    pipeline.settle()
+    fold = pipeline.rollups
+    partitions = {where for where, keys in fold._unsent.items() if keys}
+    assert len({partition for partition, _ in partitions}) > 1
+    kept = min(partition for partition, _ in partitions)
+    written = fold.write_out(owned={kept})  # the commit of a revoke: only what it owns
+    assert written and {output.partition for output in written} == {kept}
+    assert fold.unsent() == {"rollups": [], "run_queries": []}
+    pipeline.feed([r.model_copy(update={"result_id": r.result_id + "-2"}) for r in results])
+    pipeline.settle()
+    assert fold.unsent()["run_queries"]
+    fold.reindex([], owned={kept})  # recovered after a rebalance
+    assert {partition for partition, _ in fold._unsent} == {kept}
+    assert fold.telemetry.registry.get_sample_value("scorer_rollup_unsent_writes") == sum(
+        len(keys) for keys in fold._unsent.values()
+    )
 
 
 def test_after_the_dedupe_window_a_resend_counts_again() -> None:

@@ -78,6 +78,24 @@ class ChangelogWriter:
             store[key] = value
         outputs.append(self._record(key, value, partition))
 
+    def put(self, key: Any, value: Any) -> None:
+        """``table[key] = value`` in the store alone: its changelog record is written by a
+        later :meth:`write_out` (``rollups.RollupFold``'s write-behind, memory stores
+        only)."""
+        self.writes += 1
+        store = self.table.data
+        if type(store) is MemoryStore:
+            store.data[key] = value
+        else:
+            store[key] = value
+
+    def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
+        """The changelog record of ``key`` as stored now (a tombstone when absent),
+        appended to ``outputs``."""
+        store = self.table.data
+        value = store.data.get(key) if type(store) is MemoryStore else store.get(key)
+        outputs.append(self._record(key, value, partition))
+
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         """``del table[key]`` (when present), its tombstone appended to ``outputs``."""
         data = self.table.data
