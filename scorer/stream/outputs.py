@@ -60,8 +60,8 @@ class TableWriter(Protocol):
         (``rollups.RollupFold``'s write-behind)."""
 
     def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
-        """The changelog record of ``key`` as stored now (a tombstone when absent),
-        appended to ``outputs``."""
+        """The changelog record of ``key`` as stored now, appended to ``outputs``
+        (nothing when absent: the caller's keys are put, never deleted)."""
 
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         """Delete ``key`` when present, its tombstone appended to ``outputs``."""
@@ -88,8 +88,10 @@ class MemoryTable:
 
     def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
         value = self.data.get(key)
-        encoded = None if value is None else _encode(value)
-        outputs.append(Output(self.changelog, _encode(key), encoded, partition=partition))
+        if value is not None:
+            outputs.append(
+                Output(self.changelog, _encode(key), _encode(value), partition=partition)
+            )
 
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         if key in self.data:

@@ -1003,6 +1003,10 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
                         partition=0,
                     )
                 ]
+                writer.write_out(
+                    key + (b"-absent" if isinstance(key, bytes) else "-absent"), 0, outputs
+                )
+                assert len(outputs) == 2  # no tombstone for a key never stored
         _, encode_key, encode_value, _ = writer._changelog
         # The json tables take the direct path (else this test would prove nothing).
         assert encode_value.__name__ == "encode"

@@ -90,11 +90,12 @@ class ChangelogWriter:
             store[key] = value
 
     def write_out(self, key: Any, partition: int, outputs: list[Output]) -> None:
-        """The changelog record of ``key`` as stored now (a tombstone when absent),
-        appended to ``outputs``."""
+        """The changelog record of ``key`` as stored now, appended to ``outputs``
+        (nothing when absent)."""
         store = self.table.data
         value = store.data.get(key) if type(store) is MemoryStore else store.get(key)
-        outputs.append(self._record(key, value, partition))
+        if value is not None:
+            outputs.append(self._record(key, value, partition))
 
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         """``del table[key]`` (when present), its tombstone appended to ``outputs``."""
