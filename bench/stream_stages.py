@@ -19,7 +19,9 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +31,12 @@ def main() -> None:
     parser.add_argument("--code", type=Path, help="time this checkout's stages instead")
     parser.add_argument("--results", type=int, default=3000)
     parser.add_argument("--passes", type=int, default=15)
+    parser.add_argument(
+        "--commit-results",
+        type=int,
+        default=28_000,
+        help="fold handler: results between two offset commits (2.8 s at 10,000/s)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(args.code or ROOT))
     sys.path.insert(1, str(ROOT))  # the payloads of bench/stream.py
@@ -104,6 +112,24 @@ def main() -> None:
         return pending.drain()
 
     drained = contribute()
+    rows = (
+        [
+            (
+                r.run_id.encode(),
+                stored.rollup_row(
+                    stored.SourcePosition("results", 0, i),
+                    r.result_id,
+                    r.query_id,
+                    list(one.values),
+                    one.facets,
+                    r.top_confidence(),
+                ),
+            )
+            for i, (r, one) in enumerate(zip(results, scored, strict=True))
+        ]
+        if stored is not None
+        else []
+    )
 
     marks = {"query_marks": False} if hasattr(run_state.RunBatch, "query_marks") else None
 
@@ -134,6 +160,11 @@ def main() -> None:
     extra: list[tuple[str, Callable[[], object]]] = []
     if marks is not None:  # what the per-query entries' marks cost
         extra.append(("fold, per-query marks off (SCORER_ROLLUP_QUERY_MARKS)", lambda: fold(marks)))
+    handler = fold_handler(rows, args.commit_results) if stored is not None else None
+    if handler is not None:  # the rollup topic's handler, its tables' changelog records too
+        for behind in (True, False):
+            name = "written behind, once per commit" if behind else "written with every batch"
+            extra.append((f"fold handler and changelog records: {name}", partial(handler, behind)))
     print(f"code: {args.code or ROOT}; {args.results:,} results, best of {args.passes} passes")
     print("| stage | µs per result |\n|---|---:|")
 
@@ -153,6 +184,61 @@ def main() -> None:
     print(f"| all five | {total / args.results * 1e6:.2f} |")
     for name, stage in extra:
         print(f"| {name} | {best_of(stage) / args.results * 1e6:.2f} |")
+
+
+def fold_handler(
+    rows: list[tuple[bytes, tuple]], commit_results: int
+) -> Callable[[bool], None] | None:
+    """The rollup topic's handler (``RollupFold``) over Faust memory tables and their
+    changelog writers, as the worker runs it (None: a checkout without it). The rows
+    ``(run key, rollup row)`` go out as the results handler sends them, a record per run
+    every 100 results; each run's records land in a rollup partition of their own and
+    are fetched five at a time (500 results); an offset commit writes out what was
+    written behind every ``commit_results`` results."""
+    try:
+        from scorer.stream.rollups import RollupFold
+    except ImportError:
+        return None
+    import faust
+
+    from scorer.settings import Settings
+    from scorer.stream import stored
+    from scorer.stream.faust_edge import ChangelogWriter
+    from scorer.stream.telemetry import Telemetry
+
+    app = faust.App("stages", broker="kafka://localhost:1", store="memory://")
+    tables = {
+        "rollups": app.Table("rollups", default=None, partitions=4, key_type=bytes),
+        "queries": app.Table("run_queries", default=None, partitions=4),
+        "seen": app.Table("rollup_seen", default=None, partitions=4, value_type=bytes),
+    }
+    runs = sorted({key for key, _ in rows})
+    logs: list[list[SimpleNamespace]] = [[] for _ in runs]
+    for start in range(0, len(rows), 100):
+        for key in runs:
+            chunk = [row for run, row in rows[start : start + 100] if run == key]
+            for value in stored.encode_rollup_records(chunk, key, None):
+                log = logs[runs.index(key)]
+                log.append(SimpleNamespace(key=key, value=value, offset=len(log)))
+    rounds = max(len(log) for log in logs)
+
+    def run(behind: bool) -> None:
+        for table in tables.values():
+            table.data.data.clear()
+        settings = Settings(kafka_bootstrap_servers="stages:9092", rollup_write_behind=behind)
+        writers = {name: ChangelogWriter(app, table, False) for name, table in tables.items()}
+        fold = RollupFold(settings, Telemetry([], 1), clock=lambda: 1.0, **writers)
+        for n, start in enumerate(range(0, rounds, 5)):
+            for partition, log in enumerate(logs):
+                if log[start : start + 5]:
+                    fold(
+                        SimpleNamespace(topic="rollup", partition=partition), log[start : start + 5]
+                    )
+            if (n + 1) * 500 % commit_results < 500:
+                fold.write_out()
+        fold.write_out()
+
+    return run
 
 
 if __name__ == "__main__":

@@ -135,13 +135,15 @@ class Settings(BaseSettings):
         ),
     )
     rollup_write_behind: bool = Field(
-        True,
+        False,
         description=(
             "Under at_least_once with a memory store and query marks: the run states' and "
             "per-query entries' changelog records are written once per offset commit (the "
             "newest value of each key changed since the last one), not once per folded "
             "batch; a crash before the commit loses them with the offsets, and the "
-            "redelivered batches fold them again. Off: written with every batch."
+            "redelivered batches fold them again. Fewer changelog records when queries "
+            "recur within a commit interval; a burst of records at each commit, which "
+            "raises the latency tail (docs/benchmarks.md). Off: written with every batch."
         ),
     )
     run_history_seconds: float = Field(

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -326,7 +327,8 @@ def assert_rollups_count_each_result_once(
     golden: list[GoldenQuery],
     timeout: float = 90.0,
 ) -> None:
-    """The run API's count and nDCG mean per run equal those of the distinct results."""
+    """The run API's count and nDCG mean per run equal those of the distinct results,
+    and the paired comparisons track each of the run's queries once."""
     expected = run_counts(results)
 
     def counts_match() -> bool:
@@ -354,6 +356,19 @@ def assert_rollups_count_each_result_once(
             if r.run_id == run
         ]
         assert document["metrics"]["ndcgAt10"] == pytest.approx(sum(ndcg) / count, abs=1e-9)
+        queries = {r.query_id for r in results if r.run_id == run}
+        assert document["pairedQueries"]["tracked"] == len(queries), (run, document)
+
+
+WRITTEN_BEHIND = "at_least_once, written behind"
+"""At-least-once with the rollups' run states and entries written once per commit."""
+
+
+def mode(guarantee: str) -> dict[str, Any]:
+    """The settings of a test's ``guarantee`` parameter."""
+    if guarantee == WRITTEN_BEHIND:
+        return {"processing_guarantee": "at_least_once", "rollup_write_behind": True}
+    return {"processing_guarantee": guarantee}
 
 
 def outcome(worker: Worker, name: str) -> float:
@@ -394,7 +409,7 @@ def wait_for_scored(worker: Worker, count: int, timeout: float) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once", WRITTEN_BEHIND])
 def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
     kafka_bootstrap: str, tmp_path: Path, guarantee: str
 ) -> None:
@@ -402,9 +417,10 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         kafka_bootstrap,
         tmp_path,
         partitions=4,
-        processing_guarantee=guarantee,
         broker_session_timeout=SESSION_TIMEOUT,
+        **mode(guarantee),
     )
+    label, guarantee = guarantee, settings.processing_guarantee
     ensure_topics(settings)
     golden, results = golden_and_results("crash", queries=300, results=CRASH_RESULTS, seed=8)
     worker = Worker(settings, tmp_path).start()
@@ -414,7 +430,7 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         feeder.start()
         seed = crash_seed()
         points = kill_points(random.Random(seed))
-        print(f"\n[crash {guarantee}] CRASH_TEST_SEED={seed}: kills after {points} scored")
+        print(f"\n[crash {label}] CRASH_TEST_SEED={seed}: kills after {points} scored")
         recoveries = []
         redeliverable = 0
         for point in points:
@@ -464,7 +480,7 @@ def test_sigkill_mid_stream_loses_nothing_and_rollups_count_once(
         assert_rollups_count_each_result_once(worker, results, golden)
         rollup_duplicates = worker.metric("scorer_rollup_duplicates_total")
         print(
-            f"\n[crash {guarantee}] results in {len(results)}, scored records {len(records)}, "
+            f"\n[crash {label}] results in {len(results)}, scored records {len(records)}, "
             f"distinct {len(tally.copies)}, duplicates {tally.duplicates} "
             f"(made by the worker {made_by_worker}, at most {redeliverable} uncommitted at the "
             f"kills; inputs resent {feeder.resent}), "
@@ -534,7 +550,7 @@ def rollup_owners(worker: Worker) -> dict[str, list[int]]:
     }
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once", WRITTEN_BEHIND])
 def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
     kafka_bootstrap: str, tmp_path: Path, guarantee: str
 ) -> None:
@@ -542,9 +558,10 @@ def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
         kafka_bootstrap,
         tmp_path,
         partitions=4,
-        processing_guarantee=guarantee,
         broker_session_timeout=SESSION_TIMEOUT,
+        **mode(guarantee),
     )
+    label, guarantee = guarantee, settings.processing_guarantee
     ensure_topics(settings)
     golden, results = golden_and_results("rebalance", queries=100, results=4_000, seed=3)
     survivor = Worker(settings, tmp_path).start()
@@ -600,7 +617,7 @@ def test_a_killed_workers_partitions_move_to_the_other_and_come_back(
         assert_rollups_count_each_result_once(victim, results, golden)
         assert_rollups_count_each_result_once(survivor, results, golden, timeout=10)
         print(
-            f"\n[rebalance {guarantee}] results in {len(results)}, "
+            f"\n[rebalance {label}] results in {len(results)}, "
             f"distinct scored {len(tally.copies)}, "
             f"duplicates {tally.duplicates}, survivor owns all partitions {taken_over:.1f}s "
             f"after the kill, shared again {returned:.1f}s after the restart; "

@@ -261,11 +261,16 @@ def test_every_result_counts_once_whatever_a_crash_keeps_of_each_tables_writes(
     then released), folds, commits and crashes in any order. A crash loses each table's
     writes since the last commit, or keeps them, table by table (each changelog is a
     topic partition of its own), and loses or keeps the rollup records sent since; the
-    inputs and the rollup topic come again from the last commit. In the end every run
+    inputs and the rollup topic come again from the last commit (written behind, the run
+    states' and entries' writes since the last commit are lost always). In the end every run
     counts each result once, and so does each query's entry."""
     golden, results = traffic(results=40, seed=data.draw(st.integers(0, 50), label="seed"))
     late = {query.query_id for query in golden[::3]}  # judged only later: results park
-    pipeline = judged([q for q in golden if q.query_id not in late], clock=lambda: 1e6)
+    pipeline = judged(
+        [q for q in golden if q.query_id not in late],
+        clock=lambda: 1e6,
+        rollup_write_behind=data.draw(st.booleans(), label="written behind"),
+    )
     waiting = [q for q in golden if q.query_id in late]
     rollup = pipeline.settings.rollup_topic
     fed = 0
@@ -352,8 +357,8 @@ def test_written_behind_each_key_goes_to_the_changelog_once_per_commit() -> None
     value; with the write-behind off, one per batch. The runs and entries are the same
     either way, and after a commit the changelogs hold what the tables hold."""
     golden, results = traffic(results=60)
-    behind = judged(golden, clock=lambda: 1e6)
-    every_batch = judged(golden, clock=lambda: 1e6, rollup_write_behind=False)
+    behind = judged(golden, clock=lambda: 1e6, rollup_write_behind=True)
+    every_batch = judged(golden, clock=lambda: 1e6)
     assert behind.rollups.write_behind and not every_batch.rollups.write_behind
     for pipeline in (behind, every_batch):
         pipeline.feed(results[:30])
@@ -397,8 +402,8 @@ def test_written_behind_each_key_goes_to_the_changelog_once_per_commit() -> None
 
 def test_a_crash_loses_the_writes_behind_with_their_offsets_and_they_are_folded_again() -> None:
     golden, results = traffic(results=60)
-    behind = judged(golden, clock=lambda: 1e6)
-    reference = judged(golden, clock=lambda: 1e6, rollup_write_behind=False)
+    behind = judged(golden, clock=lambda: 1e6, rollup_write_behind=True)
+    reference = judged(golden, clock=lambda: 1e6)
     for pipeline in (behind, reference):
         pipeline.feed(results[:30])
         pipeline.settle()
@@ -428,7 +433,7 @@ def test_a_crash_loses_the_writes_behind_with_their_offsets_and_they_are_folded_
 
 def test_the_writes_behind_of_a_partition_this_worker_lost_are_left_to_its_new_owner() -> None:
     golden, results = traffic(results=30)
-    pipeline = judged(golden, clock=lambda: 1e6)
+    pipeline = judged(golden, clock=lambda: 1e6, rollup_write_behind=True)
     pipeline.feed(results)
     pipeline.settle()
     fold = pipeline.rollups
