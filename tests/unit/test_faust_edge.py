@@ -1009,8 +1009,8 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
                 assert len(outputs) == 2  # no tombstone for a key never stored
         _, encode_key, encode_value, _ = writer._changelog
         # The json tables take the direct path (else this test would prove nothing).
-        assert encode_value.__name__ == "encode"
-        assert encode_key.__name__ == ("faust_path" if name == "rollups" else "encode")
+        assert encode_value.__name__ == "encode_plain"
+        assert encode_key.__name__ == ("faust_path" if name == "rollups" else "encode_plain")
 
 
 def test_deliveries_report_the_first_failure_and_keep_only_what_is_in_flight() -> None:
