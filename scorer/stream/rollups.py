@@ -118,6 +118,14 @@ class RollupFold:
             and settings.store.startswith("memory:")
         )
         """Run states and entries to the changelog once per commit (the module docstring)."""
+        if settings.rollup_write_behind and not self.write_behind:
+            logger.warning(
+                "SCORER_ROLLUP_WRITE_BEHIND is set but has no effect: it needs "
+                "at_least_once, a memory store and SCORER_ROLLUP_QUERY_MARKS (here %s, %s, "
+                "query marks %s); run states and per-query entries are written with every "
+                "batch",
+                settings.processing_guarantee, settings.store, settings.rollup_query_marks,
+            )  # fmt: skip
         self._unsent: dict[tuple[int, int], dict[Any, None]] = {}
         """Keys stored and not yet written out, by (rollup partition, table: 0 run
         states, 1 entries), in the order first changed."""

@@ -431,6 +431,28 @@ def test_a_crash_loses_the_writes_behind_with_their_offsets_and_they_are_folded_
     assert_changelogs_hold_the_tables(behind)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"processing_guarantee": "exactly_once"},
+        {"store": "rocksdb://"},
+        {"rollup_query_marks": False},
+    ],
+)
+def test_write_behind_where_it_cannot_hold_is_refused_with_a_warning(
+    options: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    golden, results = traffic(results=20)
+    with caplog.at_level("WARNING", logger="scorer.stream.rollups"):
+        pipeline = judged(golden, rollup_write_behind=True, **options)
+    assert not pipeline.rollups.write_behind
+    assert "SCORER_ROLLUP_WRITE_BEHIND is set but has no effect" in caplog.text
+    pipeline.feed(results)
+    pipeline.settle()  # written with every batch: nothing waits for the commit
+    assert pipeline.rollups.unsent() == {"rollups": [], "run_queries": []}
+    assert_changelogs_hold_the_tables(pipeline)
+
+
 def test_the_writes_behind_of_a_partition_this_worker_lost_are_left_to_its_new_owner() -> None:
     golden, results = traffic(results=30)
     pipeline = judged(golden, clock=lambda: 1e6, rollup_write_behind=True)
