@@ -215,10 +215,9 @@ def fold_handler(
     runs = sorted({key for key, _ in rows})
     logs: list[list[SimpleNamespace]] = [[] for _ in runs]
     for start in range(0, len(rows), 100):
-        for key in runs:
+        for key, log in zip(runs, logs, strict=True):
             chunk = [row for run, row in rows[start : start + 100] if run == key]
             for value in stored.encode_rollup_records(chunk, key, None):
-                log = logs[runs.index(key)]
                 log.append(SimpleNamespace(key=key, value=value, offset=len(log)))
     rounds = max(len(log) for log in logs)
 
@@ -230,10 +229,9 @@ def fold_handler(
         fold = RollupFold(settings, Telemetry([], 1), clock=lambda: 1.0, **writers)
         for n, start in enumerate(range(0, rounds, 5)):
             for partition, log in enumerate(logs):
-                if log[start : start + 5]:
-                    fold(
-                        SimpleNamespace(topic="rollup", partition=partition), log[start : start + 5]
-                    )
+                batch = log[start : start + 5]
+                if batch:
+                    fold(SimpleNamespace(topic="rollup", partition=partition), batch)
             if (n + 1) * 500 % commit_results < 500:
                 fold.write_out()
         fold.write_out()

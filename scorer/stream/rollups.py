@@ -42,6 +42,9 @@ from scorer.stream.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 
+_RUN_STATES, _ENTRIES = 0, 1
+"""The tables a fold may write behind (``RollupFold._writers``)."""
+
 
 def register(parts: StreamParts) -> None:
     """The flush before every commit, and the batch handler of the rollup topic."""
@@ -62,12 +65,15 @@ def register(parts: StreamParts) -> None:
 
     edge.before_commit(flush_pending)
 
-    async def write_out() -> None:
-        # Synchronous up to the send: a batch folded while it waits is written out by
-        # the next commit (the consumer runs the hooks again if one was booked).
-        await edge.send_all(fold.write_out(owned=edge.owned_partitions(settings.rollup_topic)))
+    if fold.write_behind:
 
-    edge.before_commit(write_out)
+        async def write_out() -> None:
+            # Synchronous up to the send: a batch folded while it waits is written out
+            # by the next commit (the consumer runs the hooks again if one was booked).
+            owned = edge.owned_partitions(settings.rollup_topic)
+            await edge.send_all(fold.write_out(owned=owned))
+
+        edge.before_commit(write_out)
 
     @seen_table.on_recover
     async def index_seen_ids() -> None:
@@ -126,9 +132,11 @@ class RollupFold:
                 "batch",
                 settings.processing_guarantee, settings.store, settings.rollup_query_marks,
             )  # fmt: skip
+        self._writers = (rollups, queries)
+        """By table: ``_RUN_STATES``, ``_ENTRIES``."""
         self._unsent: dict[tuple[int, int], dict[Any, None]] = {}
-        """Keys stored and not yet written out, by (rollup partition, table: 0 run
-        states, 1 entries), in the order first changed."""
+        """Keys stored and not yet written out, by (rollup partition, table), in the
+        order first changed."""
         self._unsent_count = 0
         telemetry.rollup_seen_ids.set_function(lambda: len(self.window))
         telemetry.rollup_unsent_writes.set_function(lambda: self._unsent_count)
@@ -193,18 +201,7 @@ class RollupFold:
         )
         for key, rows in decoded:
             batch.add_rows(key, rows)
-        write_behind = self.write_behind
-        if write_behind:
-            put = self.queries_out.put
-            unsent = self._unsent.setdefault((partition, 1), {})
-            before = len(unsent)
-            for key, entry in batch.queries.items():
-                put(key, entry)
-                unsent[key] = None
-            self._unsent_count += len(unsent) - before
-        else:
-            for key, entry in batch.queries.items():
-                self.queries_out.set(key, entry, partition, outputs)
+        self._write(_ENTRIES, batch.queries, partition, outputs)
         if batch.seen:
             # Block keys carry the time, so that a batch folded again (redelivered)
             # writes a block of its own; nanoseconds, strictly increasing.
@@ -216,24 +213,33 @@ class RollupFold:
                 self.seen_out.set(key, value, partition, outputs)
             self._last_block_ns += n
         changed = batch.finish(datetime.fromtimestamp(now, UTC).isoformat())
-        if write_behind:
-            put = self.rollups_out.put
-            unsent = self._unsent.setdefault((partition, 0), {})
-            before = len(unsent)
-            for key, state in changed.items():
-                put(key, state)
-                unsent[key] = None
-            self._unsent_count += len(unsent) - before
-            if self._unsent_count > self.MAX_UNSENT:
-                self.write_out(outputs)
-        else:
-            for key, state in changed.items():
-                self.rollups_out.set(key, state, partition, outputs)
+        self._write(_RUN_STATES, changed, partition, outputs)
+        if self._unsent_count > self.MAX_UNSENT:
+            self.write_out(outputs)
         if batch.duplicates:
             telemetry.rollup_duplicates.inc(batch.duplicates)
         if batch.resent:
             telemetry.rollup_resent.inc(batch.resent)
         return outputs
+
+    def _write(
+        self, table: int, values: dict[Any, Any], partition: int, outputs: list[Output]
+    ) -> None:
+        """A batch's new ``values`` of the run states or the entries (``table``): each
+        with its changelog record in ``outputs``, or stored and left for the next
+        commit's :meth:`write_out` (written behind)."""
+        writer = self._writers[table]
+        if not self.write_behind:
+            for key, value in values.items():
+                writer.set(key, value, partition, outputs)
+            return
+        put = writer.put
+        unsent = self._unsent.setdefault((partition, table), {})
+        before = len(unsent)
+        for key, value in values.items():
+            put(key, value)
+            unsent[key] = None
+        self._unsent_count += len(unsent) - before
 
     def write_out(
         self, outputs: list[Output] | None = None, owned: Container[int] | None = None
@@ -243,11 +249,10 @@ class RollupFold:
         dropped instead (revoked: their new owner folds them again). Nothing is left
         unsent after it: the hook before every offset commit."""
         outputs = [] if outputs is None else outputs
-        tables = (self.rollups_out, self.queries_out)
         for (partition, table), keys in self._unsent.items():
             if owned is not None and partition not in owned:
                 continue
-            write = tables[table].write_out
+            write = self._writers[table].write_out
             for key in keys:
                 write(key, partition, outputs)
         self._unsent = {}
@@ -259,5 +264,5 @@ class RollupFold:
         ``run_queries``): what a crash now would lose from the changelog."""
         found: dict[str, list[Any]] = {"rollups": [], "run_queries": []}
         for (_, table), keys in self._unsent.items():
-            found["run_queries" if table else "rollups"] += keys
+            found["run_queries" if table == _ENTRIES else "rollups"] += keys
         return found

@@ -36,6 +36,7 @@ from schemas import GoldenQuery, RetrievalResult
 from scorer.settings import Settings
 from scorer.stream import events, run_state, stored
 from scorer.stream.outputs import MemoryTable, Output, Source
+from scorer.stream.outputs import _encode as encode
 from scorer.stream.placement import HomePartitions, Misplaced
 from scorer.stream.qrels import release
 from scorer.stream.results import ParkedCount, ResultBatches, Scoring
@@ -228,7 +229,7 @@ class Pipeline:
             table = self.tables[name]
             written = self.changelogs.get(table.changelog, {})
             for key in keys:
-                value = written.get(key if isinstance(key, bytes) else orjson.dumps(key))
+                value = written.get(encode(key))  # the key as its changelog record has it
                 if value is None:
                     table.data.pop(key, None)
                 else:

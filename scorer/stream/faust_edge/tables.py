@@ -76,18 +76,7 @@ class ChangelogWriter:
             store.data[key] = value  # what its __setitem__ does, without the call
         else:
             store[key] = value
-        # What _record does, in line: a write per scored result, most of them.
-        name, encode_key, encode_value, on_sent = self._changelog or self._changelog_of()
-        record = (
-            name,
-            encode_key(key),
-            None if value is None else encode_value(value),
-            None,
-            None,
-            partition,
-            on_sent,
-        )
-        outputs.append(new_tuple(Output, record))
+        outputs.append(self._record(key, value, partition))
 
     def put(self, key: Any, value: Any) -> None:
         """``table[key] = value`` in the store alone: its changelog record is written by a
@@ -117,17 +106,12 @@ class ChangelogWriter:
             outputs.append(self._record(key, None, partition))
 
     def _record(self, key: Any, value: Any, partition: int) -> Output:
-        name, encode_key, encode_value, on_sent = self._changelog or self._changelog_of()
-        value = None if value is None else encode_value(value)
-        return new_tuple(Output, (name, encode_key(key), value, None, None, partition, on_sent))
-
-    def _changelog_of(self) -> tuple[str, Any, Any, Any]:
-        """The changelog's topic name, key and value encoders and send callback, looked
-        up at the first record: the table makes its changelog topic on first use."""
-        if self._changelog is None:
+        changelog = self._changelog
+        if changelog is None:
+            # Looked up once: the table makes its changelog topic on first use.
             table = self.table
             topic = table.changelog_topic
-            self._changelog = (
+            changelog = self._changelog = (
                 topic.get_topic_name(),
                 changelog_encoder(
                     partial(topic.prepare_key, key_serializer=table.key_serializer),
@@ -142,7 +126,9 @@ class ChangelogWriter:
                 # A memory store keeps no changelog offset: no callback per record.
                 None if isinstance(table.data, MemoryStore) else self._persisted,
             )
-        return self._changelog
+        name, encode_key, encode_value, on_sent = changelog
+        value = None if value is None else encode_value(value)
+        return new_tuple(Output, (name, encode_key(key), value, None, None, partition, on_sent))
 
     def _persisted(self, future: Any) -> None:
         """Where the table's store keeps its changelog offset (rocksdb reads it at start)."""
