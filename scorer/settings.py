@@ -146,6 +146,16 @@ class Settings(BaseSettings):
             "raises the latency tail (docs/benchmarks.md). Off: written with every batch."
         ),
     )
+    rollup_entry_blocks: bool = Field(
+        True,
+        description=(
+            "Under at_least_once with a memory store and query marks: the per-query "
+            "entries a folded batch changed go to their changelog as one record (a "
+            "block), not one record each; superseded blocks are deleted once what "
+            "replaced them is acknowledged. Off: one record per entry and batch "
+            "(always so under exactly_once or with a RocksDB store)."
+        ),
+    )
     run_history_seconds: float = Field(
         300.0, gt=0, le=86_400, description="Width of a run's trend buckets (the run list's line)."
     )

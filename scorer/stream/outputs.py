@@ -66,6 +66,22 @@ class TableWriter(Protocol):
     def delete(self, key: Any, partition: int, outputs: list[Output]) -> None:
         """Delete ``key`` when present, its tombstone appended to ``outputs``."""
 
+    def record(
+        self,
+        key: Any,
+        value: Any,
+        partition: int,
+        outputs: list[Output],
+        on_sent: Callable[[Any], None] | None = None,
+    ) -> None:
+        """A changelog record of ``key`` (``value`` None: a tombstone) appended to
+        ``outputs``, the store left alone (``entry_blocks``: the blocks of per-query
+        entries live in the changelog only)."""
+
+    def store(self) -> Any:
+        """The table's store itself, a mutable mapping (taken apart after a recovery:
+        ``entry_blocks.EntryBlocks.reindex``)."""
+
 
 class MemoryTable:
     """A :class:`TableWriter` over a dict: the table of a handler run without a
@@ -97,6 +113,22 @@ class MemoryTable:
         if key in self.data:
             del self.data[key]
             outputs.append(Output(self.changelog, _encode(key), None, partition=partition))
+
+    def record(
+        self,
+        key: Any,
+        value: Any,
+        partition: int,
+        outputs: list[Output],
+        on_sent: Callable[[Any], None] | None = None,
+    ) -> None:
+        encoded = None if value is None else _encode(value)
+        outputs.append(
+            Output(self.changelog, _encode(key), encoded, None, None, partition, on_sent)
+        )
+
+    def store(self) -> dict[Any, Any]:
+        return self.data
 
 
 def _encode(obj: Any) -> bytes:

@@ -30,10 +30,12 @@ import logging
 import time
 from collections.abc import Callable, Container, Iterable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from scorer.settings import Settings
 from scorer.stream import limits, run_state
+from scorer.stream.entry_blocks import EntryBlocks
 from scorer.stream.outputs import Output, TableWriter
 from scorer.stream.parts import StreamParts
 from scorer.stream.seen import SeenIndex, split_entries
@@ -74,6 +76,12 @@ def register(parts: StreamParts) -> None:
             await edge.send_all(fold.write_out(owned=owned))
 
         edge.before_commit(write_out)
+
+    @parts.run_queries_table.on_recover
+    async def take_entry_blocks_apart() -> None:
+        """After every recovery and before any batch: the per-query entries' blocks of
+        the rollup partitions this worker now owns, each entry under its own key."""
+        fold.reindex_entries(edge.owned_partitions(settings.rollup_topic))
 
     @seen_table.on_recover
     async def index_seen_ids() -> None:
@@ -132,6 +140,18 @@ class RollupFold:
                 "batch",
                 settings.processing_guarantee, settings.store, settings.rollup_query_marks,
             )  # fmt: skip
+        blocks = (
+            settings.rollup_entry_blocks
+            and settings.rollup_query_marks
+            and settings.processing_guarantee == "at_least_once"
+            and settings.store.startswith("memory:")
+        )
+        self.blocks = (
+            EntryBlocks(settings.producer_max_request_size - limits.SIZE_MARGIN - 1024)
+            if blocks
+            else None
+        )
+        """Per-query entries to the changelog as one block per batch (``entry_blocks``)."""
         self._writers = (rollups, queries)
         """By table: ``_RUN_STATES``, ``_ENTRIES``."""
         self._unsent: dict[tuple[int, int], dict[Any, None]] = {}
@@ -201,7 +221,10 @@ class RollupFold:
         )
         for key, rows in decoded:
             batch.add_rows(key, rows)
-        self._write(_ENTRIES, batch.queries, partition, outputs)
+        if self.blocks is None:
+            self._write(_ENTRIES, batch.queries, partition, outputs)
+        else:
+            self._write_blocks(batch.queries, partition, now, outputs)
         if batch.seen:
             # Block keys carry the time, so that a batch folded again (redelivered)
             # writes a block of its own; nanoseconds, strictly increasing.
@@ -221,6 +244,37 @@ class RollupFold:
         if batch.resent:
             telemetry.rollup_resent.inc(batch.resent)
         return outputs
+
+    def _write_blocks(
+        self, entries: dict[str, Any], partition: int, now: float, outputs: list[Output]
+    ) -> None:
+        """A batch's new per-query entries stored, and sent as blocks (``entry_blocks``),
+        after the tombstones of the partition's blocks that died and are replaced
+        durably."""
+        blocks, writer = self.blocks, self.queries_out
+        assert blocks is not None
+        for key in blocks.deletable(partition):
+            writer.record(key, None, partition, outputs)
+        if not entries:
+            return
+        put = writer.put
+        for key, value in entries.items():
+            put(key, value)
+        for key, value, number in blocks.write(partition, entries, int(now * 1e9), writer.get):
+            writer.record(key, value, partition, outputs, partial(blocks.sent, number))
+
+    def reindex_entries(self, owned: Container[int]) -> None:
+        """The per-query entries' blocks recovered into the store, taken apart (the
+        partitions ``owned``): after every recovery, before any batch."""
+        if self.blocks is None:
+            return
+        started = time.perf_counter()
+        found = self.blocks.reindex(self.queries_out.store(), owned)
+        if found:
+            logger.info(
+                "Per-query entry blocks of rollup partitions %s taken apart: %d in %.2f s",
+                sorted(owned), found, time.perf_counter() - started,
+            )  # fmt: skip
 
     def _write(
         self, table: int, values: dict[Any, Any], partition: int, outputs: list[Output]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 import orjson
@@ -44,6 +45,10 @@ from scorer.stream.rollups import RollupFold
 from scorer.stream.telemetry import Telemetry
 
 TABLES = ("qrels", "parked", "rollups", "run_queries", "rollup_seen")
+
+_ACKNOWLEDGED: Future[Any] = Future()
+"""What the broker answers every record sent here with (an ``on_sent``'s argument)."""
+_ACKNOWLEDGED.set_result(None)
 
 
 class Record(NamedTuple):
@@ -108,6 +113,7 @@ class Pipeline:
             clock=self.clock,
         )
         self.rollups.reindex(self.tables["rollup_seen"].data.items(), range(settings.partitions))
+        self.rollups.reindex_entries(range(settings.partitions))
 
     # ------------------------------------------------------------------ inputs
 
@@ -213,14 +219,18 @@ class Pipeline:
     # ------------------------------------------------------------------ faults
 
     def snapshot(self) -> dict[str, dict[Any, Any]]:
-        """The tables as stored now (to :meth:`lose_writes` back to)."""
-        return {name: copy.deepcopy(table.data) for name, table in self.tables.items()}
+        """The tables as stored now, and their changelogs (to :meth:`lose_writes` back to)."""
+        tables = {name: copy.deepcopy(table.data) for name, table in self.tables.items()}
+        logs = {name: dict(log) for name, log in self.changelogs.items()}
+        return {**tables, **logs}
 
     def lose_writes(self, snapshot: dict[str, dict[Any, Any]], tables: Iterable[str]) -> None:
         """Undo the writes to ``tables`` since ``snapshot``: they never reached the
         changelog (a crash), so the recovered tables do not have them."""
         for name in tables:
-            self.tables[name].data = copy.deepcopy(snapshot[name])
+            table = self.tables[name]
+            table.data = copy.deepcopy(snapshot[name])
+            self.changelogs[table.changelog] = dict(snapshot.get(table.changelog, {}))
 
     def crash(self) -> None:
         """Lose what the worker holds only in memory and start again over the tables as
@@ -234,6 +244,16 @@ class Pipeline:
                     table.data.pop(key, None)
                 else:
                     table.data[key] = orjson.loads(value)
+        if self.rollups.blocks is not None:
+            # Recovered as Faust recovers a memory store: each key's last changelog
+            # record (the per-query entries' blocks among them), taken apart at start.
+            table = self.tables["run_queries"]
+            written = self.changelogs.get(table.changelog, {})
+            table.data = {
+                orjson.loads(key): orjson.loads(value)
+                for key, value in written.items()
+                if value is not None
+            }
         # The rollup records folded since the last commit are delivered again.
         self._folded = dict(self._committed)
         self.start()
@@ -268,6 +288,8 @@ class Pipeline:
             if output.topic.endswith("-changelog"):
                 self.changelogs.setdefault(output.topic, {})[output.key] = output.value
                 self.changelog_writes[output.topic] = self.changelog_writes.get(output.topic, 0) + 1
+                if output.on_sent is not None:
+                    output.on_sent(_ACKNOWLEDGED)
                 continue
             partition = output.partition
             if partition is None:

@@ -28,6 +28,7 @@ from scorer.kafka.topics import missing_topics
 from scorer.page import page_html
 from scorer.settings import Settings
 from scorer.stream import run_state
+from scorer.stream.entry_blocks import newest_entries
 from scorer.stream.openapi import OPENAPI
 from scorer.stream.run_list import (
     Paging,
@@ -207,10 +208,11 @@ def register_views(
 
     def run_scores(run_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
         """Per-query mean scores of a run held by this worker, and each query's first
-        answer ``[enteredAt, values...]``."""
+        answer ``[enteredAt, values...]`` (a standby's store holds blocks of entries:
+        ``entry_blocks``)."""
         prefix = run_state.query_key(run_id, "")
         means, first = {}, {}
-        for key, entry in run_queries_table.items():
+        for key, entry in newest_entries(run_queries_table.items()).items():
             if key.startswith(prefix):
                 query = key[len(prefix) :]
                 means[query] = run_state.query_means(entry)

@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas import GoldenQuery, RetrievalResult
+from scorer.core.measures import NDCG_SLOT
 from scorer.core.metrics import retrieval_metrics
 from scorer.kafka.demo import DemoTraffic
 from scorer.kafka.launcher import restart_broker, start_broker, stop_broker
@@ -358,10 +359,26 @@ def assert_rollups_count_each_result_once(
         assert document["metrics"]["ndcgAt10"] == pytest.approx(sum(ndcg) / count, abs=1e-9)
         queries = {r.query_id for r in results if r.run_id == run}
         assert document["pairedQueries"]["tracked"] == len(queries), (run, document)
+        # Each query's entry (the paired comparisons' means) holds each result once.
+        status, body = worker.get(f"/api/v1/evals/runs/{run}/scores")
+        assert status == 200, (run, body)
+        means = orjson.loads(body)["queries"]
+        per_query: dict[str, list[float]] = {}
+        for r in results:
+            if r.run_id == run:
+                value = retrieval_metrics(r.ranked, qrels[r.query_id], 10).ndcg_at_10
+                per_query.setdefault(r.query_id, []).append(value)
+        assert set(means) == queries, run
+        for query, values in per_query.items():
+            assert means[query][NDCG_SLOT] == pytest.approx(sum(values) / len(values)), (
+                run,
+                query,
+            )
 
 
 WRITTEN_BEHIND = "at_least_once, written behind"
-"""At-least-once with the rollups' run states and entries written once per commit."""
+"""At-least-once with the rollups' run states written once per commit (the per-query
+entries go as blocks with every batch, as in the default at-least-once mode)."""
 
 
 def mode(guarantee: str) -> dict[str, Any]:

@@ -1007,6 +1007,18 @@ def test_changelog_records_are_the_bytes_faust_would_write() -> None:
                     key + (b"-absent" if isinstance(key, bytes) else "-absent"), 0, outputs
                 )
                 assert len(outputs) == 2  # no tombstone for a key never stored
+                # A record alone (a block of per-query entries): the store untouched.
+                writer.record(key, value, 3, outputs, on_sent=print)
+                writer.record(key, None, 3, outputs)
+                assert writer.get(key) == ["later", value]
+                assert outputs[2].key == outputs[3].key == faust_key
+                assert outputs[2].value == outputs[0].value and outputs[3].value is None
+                assert (outputs[2].partition, outputs[2].on_sent, outputs[3].on_sent) == (
+                    3,
+                    print,
+                    None,
+                )
+        assert writer.store() is table.data.data  # a memory store's own dict
         _, encode_key, encode_value, _ = writer._changelog
         # The json tables take the direct path (else this test would prove nothing).
         assert encode_value.__name__ == "encode_plain"

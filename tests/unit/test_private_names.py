@@ -33,7 +33,8 @@ DECISIONS: dict[tuple[str, str, str], bool] = {
     ("scorer/stream/faust_edge/stopping.py", "producer", "send"): True,  # Faust's Producer
     # Faust's TransactionManager (``Pipeline.commit`` of testing.py is ours too).
     ("scorer/stream/faust_edge/transactions.py", "consumer.transactions", "commit"): True,
-    ("scorer/stream/testing.py", "self.tables[name]", "data"): False,  # a MemoryTable
+    ("scorer/stream/testing.py", "table", "data"): False,  # a MemoryTable
+    ("scorer/stream/entry_blocks.py", "block", "size"): False,  # its _Block
 }
 """Uses the walk cannot attribute alone: a name both our code and a third-party
 package define, assigned or read on an object whose type the code does not say."""

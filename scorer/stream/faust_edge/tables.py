@@ -105,6 +105,28 @@ class ChangelogWriter:
             del data[key]
             outputs.append(self._record(key, None, partition))
 
+    def record(
+        self,
+        key: Any,
+        value: Any,
+        partition: int,
+        outputs: list[Output],
+        on_sent: Any = None,
+    ) -> None:
+        """A changelog record of ``key`` (``value`` None: a tombstone) appended to
+        ``outputs``, the store left alone; ``on_sent`` its callback (a memory store's
+        records carry none of their own)."""
+        self.writes += 1
+        output = self._record(key, value, partition)
+        if on_sent is not None:
+            output = output._replace(on_sent=on_sent)
+        outputs.append(output)
+
+    def store(self) -> Any:
+        """The table's store: a memory store's plain dict, else the store itself."""
+        store = self.table.data
+        return store.data if type(store) is MemoryStore else store
+
     def _record(self, key: Any, value: Any, partition: int) -> Output:
         changelog = self._changelog
         if changelog is None:
