@@ -124,6 +124,8 @@ class EntryBlocks:
     """Per partition, blocks to empty by writing their newest entries again."""
     _latest: dict[int, int] = field(default_factory=dict)
     """Per partition, the time of its latest block key."""
+    _numbers: dict[str, int] = field(default_factory=dict)
+    """Block key -> its number, of the blocks known."""
 
     def __len__(self) -> int:
         """Blocks live in the changelog, as far as this worker knows."""
@@ -183,6 +185,7 @@ class EntryBlocks:
 
     def _register(self, number: int, partition: int, key: str, newest: Iterable[str]) -> None:
         block = self._blocks[number] = _Block(partition, key, 0, set())
+        self._numbers[key] = number
         where, blocks = self._where, self._blocks
         for entry_key in newest:
             block.size += 1
@@ -228,6 +231,7 @@ class EntryBlocks:
             if block.superseded_by <= durable:
                 keys.append(block.key)
                 del self._blocks[number]
+                del self._numbers[block.key]
             else:
                 waiting.append(number)
         self._dead[partition] = waiting
@@ -237,14 +241,17 @@ class EntryBlocks:
         """After a recovery, before any batch: the blocks in ``store`` (the table's store,
         a mutable mapping) of the rollup partitions ``owned`` taken apart into their
         newest entries, each under its own key, and registered (as acknowledged: they
-        are in the changelog); the block keys leave the store. What is known of the
-        partitions not owned any more is forgotten (their new owner reads their
-        blocks). Returns how many blocks were taken apart."""
+        are in the changelog); the block keys leave the store. The entries of the
+        partitions not owned any more leave the store, and what is known of them is
+        forgotten, as Faust drops the records it recovered for them (their new owner
+        reads their blocks). Returns how many blocks were taken apart."""
         for number in [n for n, block in self._blocks.items() if block.partition not in owned]:
             block = self._blocks.pop(number)
+            del self._numbers[block.key]
             for entry_key in block.newest:
                 if self._where.get(entry_key) == number:
                     del self._where[entry_key]
+                    store.pop(entry_key, None)
         for partitions in (self._unacked, self._dead, self._sparse, self._durable, self._latest):
             for partition in [p for p in partitions if p not in owned]:
                 del partitions[partition]
@@ -258,6 +265,13 @@ class EntryBlocks:
         for time_ns, key in found:
             block = store[key]
             del store[key]
+            if key in self._numbers:
+                # Known already: recovered again (a partition kept through a rebalance).
+                # The store is at least as new; it only fills a key the store lacks.
+                for entry_key, entry in (block or {}).items():
+                    if store.get(entry_key) is None:
+                        store[entry_key] = entry
+                continue
             partition = partition_of(key)
             self._latest[partition] = max(self._latest.get(partition, -1), time_ns)
             newest = []

@@ -125,8 +125,21 @@ def test_a_restart_takes_the_blocks_apart_into_each_keys_highest_count() -> None
     # The block of time 7 holds no newest entry: deleted at once (the others are durable).
     assert blocks.deletable(0) == [block_key(0, 7)]
     # A new block is keyed past the latest found, whatever the clock says.
+    store["r\x1fq3"] = entry(2)  # stored by the fold, which writes its block
     assert blocks.write(0, {"r\x1fq3": entry(2)}, 1, store.get)[0][0] == block_key(0, 10)
-    # A partition lost: forgotten, its blocks left to the new owner.
+    # Recovered again while kept (a rebalance): a block known already is not taken for
+    # a new one (which would delete it as replaced), nor does it roll an entry back.
+    store[block_key(0, 9)] = {"r\x1fq2": entry(2, "b9, equal: the later"), "r\x1fq3": entry(1)}
+    assert blocks.reindex(store, owned={0, 1}) == 2
+    assert store["r\x1fq3"] == entry(2) and block_key(0, 9) not in store
+    assert blocks.deletable(0) == [] and blocks.deletable(1) == []
+    assert store["s\x1fq1"] == entry(5, "not owned")  # taken apart now it is owned
+    # A partition lost: its entries leave the store, its blocks are left to the new owner.
+    blocks.reindex(store, owned={1})
+    assert store == {
+        "r\x1fq1": entry(4, "per key, an earlier version"),
+        "s\x1fq1": entry(5, "not owned"),
+    }
     blocks.reindex(store, owned=set())
     assert len(blocks) == 0
     assert partition_of(block_key(12, 5)) == 12
