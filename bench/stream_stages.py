@@ -162,9 +162,9 @@ def main() -> None:
         extra.append(("fold, per-query marks off (SCORER_ROLLUP_QUERY_MARKS)", lambda: fold(marks)))
     handler = fold_handler(rows, args.commit_results) if stored is not None else None
     if handler is not None:  # the rollup topic's handler, its tables' changelog records too
-        for behind in (True, False):
-            name = "written behind, once per commit" if behind else "written with every batch"
-            extra.append((f"fold handler and changelog records: {name}", partial(handler, behind)))
+        for name, overrides in HANDLER_MODES:
+            row = f"fold handler and changelog records: {name}"
+            extra.append((row, partial(handler, overrides)))
     print(f"code: {args.code or ROOT}; {args.results:,} results, best of {args.passes} passes")
     print("| stage | µs per result |\n|---|---:|")
 
@@ -186,9 +186,21 @@ def main() -> None:
         print(f"| {name} | {best_of(stage) / args.results * 1e6:.2f} |")
 
 
+HANDLER_MODES: list[tuple[str, dict[str, bool]]] = [
+    ("per-query entries in blocks (the default)", {}),
+    ("a record per entry", {"rollup_entry_blocks": False}),
+    (
+        "a record per entry, written behind once per commit",
+        {"rollup_entry_blocks": False, "rollup_write_behind": True},
+    ),
+]
+"""How the fold handler's rows write their changelogs: Settings fields (a checkout
+without one of them runs its own default for it)."""
+
+
 def fold_handler(
     rows: list[tuple[bytes, tuple]], commit_results: int
-) -> Callable[[bool], None] | None:
+) -> Callable[[dict[str, bool]], None] | None:
     """The rollup topic's handler (``RollupFold``) over Faust memory tables and their
     changelog writers, as the worker runs it (None: a checkout without it). The rows
     ``(run key, rollup row)`` go out as the results handler sends them, a record per run
@@ -221,10 +233,13 @@ def fold_handler(
                 log.append(SimpleNamespace(key=key, value=value, offset=len(log)))
     rounds = max(len(log) for log in logs)
 
-    def run(behind: bool) -> None:
+    known = set(Settings.model_fields)
+
+    def run(overrides: dict[str, bool]) -> None:
         for table in tables.values():
             table.data.data.clear()
-        settings = Settings(kafka_bootstrap_servers="stages:9092", rollup_write_behind=behind)
+        fields = {name: value for name, value in overrides.items() if name in known}
+        settings = Settings(kafka_bootstrap_servers="stages:9092", **fields)
         writers = {name: ChangelogWriter(app, table, False) for name, table in tables.items()}
         fold = RollupFold(settings, Telemetry([], 1), clock=lambda: 1.0, **writers)
         for n, start in enumerate(range(0, rounds, 5)):
