@@ -69,10 +69,11 @@ def _count(entry: Any) -> float:
     return entry[0] if entry else 0.0
 
 
-def newest_entries(items: Iterable[tuple[Any, Any]]) -> dict[str, Any]:
-    """Every entry of a ``run_queries`` store's items, blocks taken apart: of the copies
-    of a key, the one of the highest count (of equal ones, the latest block's). For a
-    reader of a store no :meth:`EntryBlocks.reindex` has run over (a standby's)."""
+def newest_entries(items: Iterable[tuple[Any, Any]], prefix: str = "") -> dict[str, Any]:
+    """The entries of a ``run_queries`` store's items whose keys start with ``prefix`` (a
+    run's: ``run_state.query_key(run, "")``), blocks taken apart: of the copies of a
+    key, the one of the highest count (of equal ones, the latest block's). For a reader
+    of a store no :meth:`EntryBlocks.reindex` has run over (a standby's)."""
     found: dict[str, Any] = {}
     blocks = []
     for key, value in items:
@@ -80,13 +81,14 @@ def newest_entries(items: Iterable[tuple[Any, Any]]) -> dict[str, Any]:
             continue
         if is_block_key(key):
             blocks.append((_time_of(key), value))
-        else:
+        elif key.startswith(prefix):
             found[key] = value
     for _, block in sorted(blocks, key=lambda item: item[0]):
         for key, entry in block.items():
-            current = found.get(key)
-            if current is None or _count(entry) >= _count(current):
-                found[key] = entry
+            if key.startswith(prefix):
+                current = found.get(key)
+                if current is None or _count(entry) >= _count(current):
+                    found[key] = entry
     return found
 
 

@@ -212,11 +212,10 @@ def register_views(
         ``entry_blocks``)."""
         prefix = run_state.query_key(run_id, "")
         means, first = {}, {}
-        for key, entry in newest_entries(run_queries_table.items()).items():
-            if key.startswith(prefix):
-                query = key[len(prefix) :]
-                means[query] = run_state.query_means(entry)
-                first[query] = run_state.query_first(entry)
+        for key, entry in newest_entries(run_queries_table.items(), prefix).items():
+            query = key[len(prefix) :]
+            means[query] = run_state.query_means(entry)
+            first[query] = run_state.query_first(entry)
         return means, first
 
     def local_runs() -> list[dict[str, Any]]:

@@ -110,6 +110,10 @@ def test_a_restart_takes_the_blocks_apart_into_each_keys_highest_count() -> None
         block_key(1, 8): {"s\x1fq1": entry(5, "not owned")},
     }
     standby = newest_entries(store.items())
+    assert newest_entries(store.items(), "s\x1f") == {"s\x1fq1": entry(5, "not owned")}
+    assert newest_entries(store.items(), "r\x1f") == {
+        key: value for key, value in standby.items() if key.startswith("r\x1f")
+    }
     blocks = EntryBlocks(budget=1_000_000)
     assert blocks.reindex(store, owned={0}) == 2
     assert store == {
