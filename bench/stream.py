@@ -830,6 +830,9 @@ def main() -> None:
         "BENCH_FAUST_SETTINGS=JSON: see bench/stream_forward.py)",
     )
     args = parser.parse_args()
+    if args.baseline is not None:
+        # The workers run in their own directories: "." there is not this one's.
+        args.baseline = args.baseline.resolve()
     events = args.events or (3_000 if args.quick else 30_000)
     reps = args.reps or (2 if args.quick else 3)
     seconds = args.seconds or (3.0 if args.quick else 8.0)
