@@ -143,7 +143,18 @@ class Payloads:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return cpu_seconds_of(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process's main thread so far (its other threads: a
+    scorer's Kafka consumer thread, Faust's, the metrics server). py-spy's samples
+    cannot tell them apart: a thread waiting for the GIL is sampled where it waits."""
+    return cpu_seconds_of(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def cpu_seconds_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
@@ -466,10 +477,12 @@ async def measure(
             # become visible only when their transaction commits, long after the
             # processing began, so the first output would be too late a mark.
             cpu_before, before = cpu_seconds(pid), 0
+            main_before = main_thread_cpu_seconds(pid)
             await outputs.wait_for_first(ids, timeout=180)
         else:
             before = await outputs.wait_for_first(ids, timeout=180)
             cpu_before = cpu_seconds(pid)
+            main_before = main_thread_cpu_seconds(pid)
         profiler = start_profiler(pid, profile / f"{prefix}.txt") if profile else None
         received = await outputs.wait_for(ids, timeout=60 + events / 50)
         cpu_at_last_output = cpu_seconds(pid)
@@ -477,6 +490,7 @@ async def measure(
         # the run rollups of its last batches then): CPU is counted until idle.
         settled = await settle(pid)
         cpu_after = cpu_seconds(pid)
+        main_after = main_thread_cpu_seconds(pid)
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -492,9 +506,11 @@ async def measure(
         figures.rate = (len(stamps) - 1) / max(1e-3, max(stamps) - min(stamps))
         figures.cpu_us = (cpu_after - cpu_before) / max(1, received - before) * 1e6
         to_last = (cpu_at_last_output - cpu_before) / max(1, received - before) * 1e6
+        main = (main_after - main_before) / max(1, received - before) * 1e6
         print(
             f"  {pipeline.name}: {figures.rate:,.0f} events/s, {figures.cpu_us:,.0f} µs CPU/event "
-            f"({to_last:,.0f} up to the last output; idle {settled:.1f} s after it)"
+            f"({to_last:,.0f} up to the last output; idle {settled:.1f} s after it; "
+            f"main thread {main:,.0f})"
         )
         if not loads:
             loads.update({share: share * figures.rate for share in LOADS})
