@@ -504,9 +504,10 @@ async def measure(
         if len(stamps) < 2:
             raise RuntimeError(f"{pipeline.name} produced no output: see the logs in {workdir}")
         figures.rate = (len(stamps) - 1) / max(1e-3, max(stamps) - min(stamps))
-        figures.cpu_us = (cpu_after - cpu_before) / max(1, received - before) * 1e6
-        to_last = (cpu_at_last_output - cpu_before) / max(1, received - before) * 1e6
-        main = (main_after - main_before) / max(1, received - before) * 1e6
+        counted = max(1, received - before)
+        figures.cpu_us = (cpu_after - cpu_before) / counted * 1e6
+        to_last = (cpu_at_last_output - cpu_before) / counted * 1e6
+        main = (main_after - main_before) / counted * 1e6
         print(
             f"  {pipeline.name}: {figures.rate:,.0f} events/s, {figures.cpu_us:,.0f} µs CPU/event "
             f"({to_last:,.0f} up to the last output; idle {settled:.1f} s after it; "
