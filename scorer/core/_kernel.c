@@ -670,19 +670,9 @@ aggregate_of(PyObject *by_facet, PyObject *facet, PyObject **value, Py_ssize_t l
 #define MAX_AGGREGATES (1 + 64)
 
 static PyObject *
-kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+rollup_add(PyObject *overall, PyObject *by_facet, PyObject *values, PyObject *facets,
+           Py_ssize_t limit, PyObject *other, PyObject *make)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "rollup_add(overall, by_facet, values, facets, limit, other, make)");
-        return NULL;
-    }
-    PyObject *overall = args[0], *by_facet = args[1], *values = args[2], *facets = args[3];
-    PyObject *other = args[5], *make = args[6];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     if (!(PyTuple_Check(values) || PyList_CheckExact(values)) ||
         PySequence_Fast_GET_SIZE(values) != N_MEASURES || !PyDict_CheckExact(by_facet) ||
         !(facets == Py_None || PyDict_CheckExact(facets)) ||
@@ -797,6 +787,755 @@ release:
     return result;
 }
 
+static PyObject *
+kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "rollup_add(overall, by_facet, values, facets, limit, other, make)");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return rollup_add(args[0], args[1], args[2], args[3], limit, args[5], args[6]);
+}
+
+/* ---- RunBatch.add_rows: a rollup record's rows folded into their run ----------------
+ *
+ * scorer/stream/run_state.py's RunBatch.add_rows with per-query marks, for the rows of
+ * the common case: a new resultId (no seen entry), past the run's watermark, its
+ * values a list of every measure, its query's entry absent or carrying marks that lack
+ * the row. It folds rows from `start` until one is not of that case, which it leaves
+ * untouched for Python to fold (the same order of operations, the same objects made,
+ * the same arithmetic: Python's + on the same numbers). tests/unit/test_fold_kernel.py
+ * checks the tables both leave, row by row, on random batches. */
+
+#define QUERY_ENTRY (2 + 2 * N_MEASURES)
+#define WITH_GOLDEN (QUERY_ENTRY + 2)
+#define FOLD_ARGS 23
+
+static PyObject *at_str = NULL, *new_str = NULL, *chg_str = NULL, *queries_str = NULL,
+                *changed_qrels_str = NULL, *overall_str = NULL, *facets_str = NULL,
+                *separator_str = NULL, *one_float = NULL;
+
+/* Python's (offset, seq) <= tuple(mark) for mark = marks.get(stream): 1 or 0 (0 when
+ * absent), -1 with an exception, -2 for a mark that is not a pair (declined). */
+static int
+at_or_below(PyObject *marks, PyObject *stream, PyObject *offset, PyObject *seq)
+{
+    PyObject *mark = PyDict_GetItemWithError(marks, stream);
+    if (mark == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!(PyList_CheckExact(mark) || PyTuple_CheckExact(mark)) ||
+        PySequence_Fast_GET_SIZE(mark) != 2) {
+        return -2;
+    }
+    PyObject **item = PySequence_Fast_ITEMS(mark);
+    /* A tuple comparison: the first items that differ decide. */
+    int same = PyObject_RichCompareBool(offset, item[0], Py_EQ);
+    if (same < 0) {
+        return -1;
+    }
+    if (!same) {
+        return PyObject_RichCompareBool(offset, item[0], Py_LE);
+    }
+    same = PyObject_RichCompareBool(seq, item[1], Py_EQ);
+    if (same < 0) {
+        return -1;
+    }
+    return same ? 1 : PyObject_RichCompareBool(seq, item[1], Py_LE);
+}
+
+/* A new list of the given items (each one a new reference made here). */
+static PyObject *
+pair_of(PyObject *a, PyObject *b)
+{
+    PyObject *list = PyList_New(2);
+    if (list != NULL) {
+        Py_INCREF(a);
+        Py_INCREF(b);
+        PyList_SET_ITEM(list, 0, a);
+        PyList_SET_ITEM(list, 1, b);
+    }
+    return list;
+}
+
+static PyObject *
+triple_of(PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *list = PyList_New(3);
+    if (list != NULL) {
+        Py_INCREF(a);
+        Py_INCREF(b);
+        Py_INCREF(c);
+        PyList_SET_ITEM(list, 0, a);
+        PyList_SET_ITEM(list, 1, b);
+        PyList_SET_ITEM(list, 2, c);
+    }
+    return list;
+}
+
+/* tuple.__new__(type, items) of a named tuple: a new reference, or NULL. */
+static PyObject *
+named_tuple(PyTypeObject *type, PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *result = type->tp_alloc(type, n);
+    if (result == NULL) {
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030E0000
+    ((PyTupleObject *)result)->ob_hash = -1;
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(result, i, items[i]);
+    }
+    return result;
+}
+
+/* target[key] = target[key] + addend (Python's +): 0, or -1 with an exception. */
+static int
+add_to_item(PyObject *target, PyObject *key, PyObject *addend)
+{
+    PyObject *held = PyDict_GetItemWithError(target, key);
+    if (held == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetObject(PyExc_KeyError, key);
+        }
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(held, addend);
+    if (sum == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(target, key, sum);
+    Py_DECREF(sum);
+    return failed;
+}
+
+/* list[index] = list[index] + addend: 0, or -1 with an exception. */
+static int
+add_to_slot(PyObject *list, Py_ssize_t index, PyObject *addend)
+{
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, index), addend);
+    if (sum == NULL) {
+        return -1;
+    }
+    PyList_SetItem(list, index, sum); /* releases the number it replaces */
+    return 0;
+}
+
+/* The run's aggregates a call of fold_rows counts rows into, their sums kept as doubles
+ * until the call returns (Python's float objects made once per aggregate and call, not
+ * once per row: the same additions, in the same order, so the same bits). */
+typedef struct {
+    PyObject *aggregate, *count, *sums, *sumsqs; /* new references */
+    Py_ssize_t added;
+    double sum[N_MEASURES], sumsq[N_MEASURES];
+} Pending;
+
+typedef struct {
+    Pending *items;
+    Py_ssize_t n, size;
+} PendingSet;
+
+static void
+pending_release(PendingSet *set)
+{
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        Pending *p = &set->items[i];
+        Py_DECREF(p->aggregate);
+        Py_DECREF(p->count);
+        Py_DECREF(p->sums);
+        Py_DECREF(p->sumsqs);
+    }
+    PyMem_Free(set->items);
+    set->items = NULL;
+    set->n = set->size = 0;
+}
+
+/* The pending sums of aggregate (an exact instance of make): its index, -2 when its
+ * lists are not of floats (declined), -1 with an exception. */
+static Py_ssize_t
+pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
+{
+    for (Py_ssize_t i = set->n - 1; i >= 0; i--) {
+        if (set->items[i].aggregate == aggregate) {
+            return i;
+        }
+    }
+    if (Py_TYPE(aggregate) != (PyTypeObject *)make) {
+        return -2;
+    }
+    PyObject *count = PyObject_GetAttr(aggregate, count_str);
+    PyObject *sums = count == NULL ? NULL : PyObject_GetAttr(aggregate, sums_str);
+    PyObject *sumsqs = sums == NULL ? NULL : PyObject_GetAttr(aggregate, sumsqs_str);
+    int declined = sumsqs == NULL || !PyLong_CheckExact(count) || float_slots(sums) < 0 ||
+                   float_slots(sumsqs) < 0 || sums == sumsqs;
+    for (Py_ssize_t i = 0; i < set->n && !declined; i++) {
+        /* A list shared with another aggregate would take both's additions. */
+        Pending *other = &set->items[i];
+        declined = sums == other->sums || sums == other->sumsqs || sumsqs == other->sums ||
+                   sumsqs == other->sumsqs;
+    }
+    if (declined) {
+        PyErr_Clear(); /* Python raises it */
+        Py_XDECREF(count);
+        Py_XDECREF(sums);
+        Py_XDECREF(sumsqs);
+        return -2;
+    }
+    if (set->n == set->size) {
+        Py_ssize_t size = set->size ? 2 * set->size : 16;
+        Pending *items = PyMem_Realloc(set->items, size * sizeof(Pending));
+        if (items == NULL) {
+            Py_DECREF(count);
+            Py_DECREF(sums);
+            Py_DECREF(sumsqs);
+            PyErr_NoMemory();
+            return -1;
+        }
+        set->items = items;
+        set->size = size;
+    }
+    Pending *p = &set->items[set->n];
+    Py_INCREF(aggregate);
+    p->aggregate = aggregate;
+    p->count = count;
+    p->sums = sums;
+    p->sumsqs = sumsqs;
+    p->added = 0;
+    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+        p->sum[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sums, i));
+        p->sumsq[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sumsqs, i));
+    }
+    return set->n++;
+}
+
+/* The pending sums written to their aggregates: 0, or -1 with an exception. */
+static int
+pending_flush(PendingSet *set)
+{
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        Pending *p = &set->items[i];
+        if (!p->added) {
+            continue;
+        }
+        PyObject *added = PyLong_FromSsize_t(p->added);
+        PyObject *count = added == NULL ? NULL : PyNumber_Add(p->count, added);
+        Py_XDECREF(added);
+        if (count == NULL) {
+            return -1;
+        }
+        int failed = PyObject_SetAttr(p->aggregate, count_str, count);
+        Py_SETREF(p->count, count);
+        if (failed < 0) {
+            return -1;
+        }
+        for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
+            PyObject *sum = PyFloat_FromDouble(p->sum[m]);
+            PyObject *sumsq = PyFloat_FromDouble(p->sumsq[m]);
+            if (sum == NULL || sumsq == NULL) {
+                Py_XDECREF(sum);
+                Py_XDECREF(sumsq);
+                return -1;
+            }
+            PyList_SetItem(p->sums, m, sum);
+            PyList_SetItem(p->sumsqs, m, sumsq);
+        }
+        p->added = 0;
+    }
+    return 0;
+}
+
+/* The aggregates a row counts in (RunRollup.add's lookups: the overall one, then one per
+ * facet value, the facet's OTHER past its limit), as indexes into set: how many, -2
+ * when declined, -1 with an exception. */
+static Py_ssize_t
+rollup_targets(PendingSet *set, Py_ssize_t *index, PyObject *overall, PyObject *by_facet,
+               PyObject *facets, Py_ssize_t limit, PyObject *other, PyObject *make)
+{
+    if (!PyDict_CheckExact(by_facet) ||
+        !(facets == Py_None ||
+          (PyDict_CheckExact(facets) && PyDict_GET_SIZE(facets) < MAX_AGGREGATES))) {
+        return -2;
+    }
+    Py_ssize_t n = 0;
+    index[n] = pending_of(set, overall, make);
+    if (index[n] < 0) {
+        return index[n];
+    }
+    n++;
+    if (facets != Py_None) {
+        Py_ssize_t position = 0;
+        PyObject *facet, *facet_value;
+        while (PyDict_Next(facets, &position, &facet, &facet_value)) {
+            PyObject *as_counted = facet_value;
+            PyObject *aggregate = aggregate_of(by_facet, facet, &as_counted, limit, other, make);
+            if (aggregate == NULL) {
+                return PyErr_Occurred() ? -1 : -2;
+            }
+            index[n] = pending_of(set, aggregate, make);
+            Py_DECREF(aggregate);
+            if (index[n] < 0) {
+                return index[n];
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+/* What a row folds, once it is known to be of the common case. */
+typedef struct {
+    PyObject *stream, *offset, *seq, *values, *facets, *confidence, *qrels;
+    PyObject *seen_key; /* NULL when resultIds are not checked */
+    PyObject *key, *tracked; /* the query entry's key, its entry or None */
+} Row;
+
+/* The query entry of a row: made, or folded by its marks (RunBatch._fold_marked with a
+ * marked entry that lacks the row, the run counting it). 0, or -1 with an exception. */
+static int
+fold_entry(Row *row, PyObject *state, PyObject *queries, Py_ssize_t max_queries,
+           PyObject *now, PyObject *golden_marks, PyObject *golden_mark)
+{
+    PyObject *mark = NULL, *entry = NULL, *marks = NULL, *at = NULL, *position = NULL;
+    int result = -1;
+    if (row->tracked == Py_None) {
+        PyObject *count = PyDict_GetItemWithError(state, queries_str);
+        if (count == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetObject(PyExc_KeyError, queries_str);
+            }
+            return -1;
+        }
+        Py_ssize_t tracked = PyLong_AsSsize_t(count);
+        if (tracked == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (tracked >= max_queries) {
+            return 0;
+        }
+        if (add_to_item(state, queries_str, one_int) < 0) {
+            return -1;
+        }
+        entry = PyList_New(QUERY_ENTRY);
+        if (entry == NULL) {
+            return -1;
+        }
+        PyObject **value = PySequence_Fast_ITEMS(row->values);
+        Py_INCREF(one_float);
+        PyList_SET_ITEM(entry, 0, one_float);
+        Py_INCREF(now);
+        PyList_SET_ITEM(entry, 1 + N_MEASURES, now);
+        for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+            Py_INCREF(value[i]);
+            PyList_SET_ITEM(entry, 1 + i, value[i]);
+            Py_INCREF(value[i]);
+            PyList_SET_ITEM(entry, 2 + N_MEASURES + i, value[i]);
+        }
+        marks = PyDict_New();
+        at = PyDict_New();
+        if (marks == NULL || at == NULL) {
+            goto done;
+        }
+        position = pair_of(row->offset, row->seq);
+        if (position == NULL || PyDict_SetItem(at, row->stream, position) < 0 ||
+            PyDict_SetItem(marks, at_str, at) < 0) {
+            goto done;
+        }
+        Py_DECREF(position);
+        position = triple_of(row->stream, row->offset, row->seq);
+        if (position == NULL || PyDict_SetItem(marks, new_str, position) < 0) {
+            goto done;
+        }
+    }
+    else {
+        PyObject *tracked = row->tracked;
+        Py_ssize_t n = PyList_GET_SIZE(tracked) - 1; /* the numbers, before the marks */
+        PyObject *held = PyList_GET_ITEM(tracked, n);
+        marks = PyDict_Copy(held); /* {**marks, "at": at}: the stored entry is left as it was */
+        at = PyDict_Copy(PyDict_GetItem(held, at_str));
+        position = pair_of(row->offset, row->seq);
+        if (marks == NULL || at == NULL || position == NULL ||
+            PyDict_SetItem(at, row->stream, position) < 0 ||
+            PyDict_SetItem(marks, at_str, at) < 0) {
+            goto done;
+        }
+        entry = PyList_New(n);
+        if (entry == NULL) {
+            goto done;
+        }
+        PyObject **value = PySequence_Fast_ITEMS(row->values);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(tracked, i);
+            if (i <= N_MEASURES) {
+                item = PyNumber_Add(item, i ? value[i - 1] : one_float);
+                if (item == NULL) {
+                    goto done;
+                }
+            }
+            else {
+                Py_INCREF(item);
+            }
+            PyList_SET_ITEM(entry, i, item);
+        }
+    }
+    if (row->qrels != Py_None) {
+        /* track_golden_set, with golden_mark's cache */
+        mark = PyDict_GetItemWithError(golden_marks, row->qrels);
+        if (mark != NULL) {
+            Py_INCREF(mark);
+        }
+        else if (PyErr_Occurred() || (mark = PyObject_CallOneArg(golden_mark, row->qrels)) == NULL) {
+            goto done;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(entry);
+        if (n != WITH_GOLDEN) {
+            /* n is QUERY_ENTRY here: nothing past it to drop */
+            if (PyList_Append(entry, mark) < 0 || PyList_Append(entry, one_float) < 0) {
+                goto done;
+            }
+        }
+        else {
+            int same = PyObject_RichCompareBool(PyList_GET_ITEM(entry, n - 2), mark, Py_EQ);
+            if (same < 0) {
+                goto done;
+            }
+            if (same) {
+                if (add_to_slot(entry, n - 1, one_float) < 0) {
+                    goto done;
+                }
+            }
+            else {
+                PyObject *changed = PyNumber_Long(PyList_GET_ITEM(entry, n - 1));
+                if (changed == NULL) {
+                    goto done;
+                }
+                Py_INCREF(mark);
+                PyList_SetItem(entry, n - 2, mark);
+                Py_INCREF(one_float);
+                PyList_SetItem(entry, n - 1, one_float);
+                int nonzero = PyObject_IsTrue(changed);
+                if (nonzero > 0) {
+                    PyObject *noted = PyList_New(4);
+                    if (noted == NULL) {
+                        Py_DECREF(changed);
+                        goto done;
+                    }
+                    Py_INCREF(row->stream);
+                    Py_INCREF(row->offset);
+                    Py_INCREF(row->seq);
+                    Py_INCREF(changed);
+                    PyList_SET_ITEM(noted, 0, row->stream);
+                    PyList_SET_ITEM(noted, 1, row->offset);
+                    PyList_SET_ITEM(noted, 2, row->seq);
+                    PyList_SET_ITEM(noted, 3, changed);
+                    nonzero = PyDict_SetItem(marks, chg_str, noted);
+                    Py_DECREF(noted);
+                    if (nonzero == 0) {
+                        nonzero = add_to_item(state, changed_qrels_str, changed);
+                    }
+                }
+                Py_DECREF(changed);
+                if (nonzero < 0) {
+                    goto done;
+                }
+            }
+        }
+    }
+    if (PyList_Append(entry, marks) < 0 || PyDict_SetItem(queries, row->key, entry) < 0) {
+        goto done;
+    }
+    result = 0;
+done:
+    Py_XDECREF(mark);
+    Py_XDECREF(entry);
+    Py_XDECREF(marks);
+    Py_XDECREF(at);
+    Py_XDECREF(position);
+    return result;
+}
+
+/* 1 when the query entry `tracked` can be folded here (absent, or marked and lacking the
+ * row), 0 when Python must, -1 with an exception. */
+static int
+entry_takes(PyObject *tracked, Row *row, PyObject *state)
+{
+    if (tracked == Py_None) {
+        /* A new entry: the run's count of tracked queries is compared and added to. */
+        PyObject *count = PyDict_GetItemWithError(state, queries_str);
+        if (count == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        return PyLong_CheckExact(count);
+    }
+    if (!PyList_CheckExact(tracked)) {
+        return 0;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tracked) - 1;
+    if ((n != QUERY_ENTRY && n != WITH_GOLDEN) ||
+        PyList_GET_ITEM(tracked, N_MEASURES) == Py_None) {
+        return 0;
+    }
+    PyObject *marks = PyList_GET_ITEM(tracked, n);
+    if (!PyDict_CheckExact(marks)) {
+        return 0;
+    }
+    PyObject *at = PyDict_GetItemWithError(marks, at_str);
+    if (at == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyDict_CheckExact(at)) {
+        return 0;
+    }
+    int marked = at_or_below(at, row->stream, row->offset, row->seq);
+    return marked == -1 ? -1 : marked == 0;
+}
+
+static PyObject *
+kernel_fold_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != FOLD_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "fold_rows: 23 arguments (RunBatch.add_rows)");
+        return NULL;
+    }
+    PyObject *rows = args[0], *state = args[2], *watermarks = args[3], *run_id = args[4];
+    PyObject *rollup = args[5], *other = args[7], *make = args[8], *sketch_add = args[9];
+    PyObject *load_seen = args[10], *seen = args[11], *seen_type = args[12];
+    PyObject *queries = args[13], *load_query = args[14], *now = args[16];
+    PyObject *partition = args[17], *trend = args[18], *streams = args[19];
+    PyObject *golden_marks = args[20], *golden_mark = args[21];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t max_queries = PyLong_AsSsize_t(args[15]), ndcg = PyLong_AsSsize_t(args[22]);
+    if ((start == -1 || limit == -1 || max_queries == -1 || ndcg == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (values_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fold_rows: the kernel is not configured");
+        return NULL;
+    }
+    Py_ssize_t i = start, counted = 0;
+    PyObject *overall = NULL, *by_facet = NULL, *prefix = NULL;
+    PendingSet pending = {NULL, 0, 0};
+    Py_ssize_t targets[MAX_AGGREGATES], n_targets = 0;
+    double value[N_MEASURES];
+    Py_INCREF(trend);
+    int usable = PyList_CheckExact(rows) && PyDict_CheckExact(state) &&
+                 PyDict_CheckExact(watermarks) && PyUnicode_CheckExact(run_id) &&
+                 PyDict_CheckExact(seen) && PyDict_CheckExact(queries) &&
+                 PyDict_CheckExact(streams) && PyDict_CheckExact(golden_marks) &&
+                 PyType_Check(seen_type) &&
+                 (trend == Py_None || (PyList_CheckExact(trend) && PyList_GET_SIZE(trend) == 2)) &&
+                 ndcg >= 0 && ndcg < N_MEASURES && start >= 0;
+    if (usable) {
+        overall = PyObject_GetAttr(rollup, overall_str);
+        by_facet = PyObject_GetAttr(rollup, facets_str);
+        prefix = PyUnicode_Concat(run_id, separator_str);
+        if (overall == NULL || by_facet == NULL || prefix == NULL) {
+            goto failed;
+        }
+    }
+    for (; usable && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *item = PyList_GET_ITEM(rows, i);
+        if (!(PyList_CheckExact(item) || PyTuple_Check(item)) ||
+            PySequence_Fast_GET_SIZE(item) != 10) {
+            break;
+        }
+        PyObject **field = PySequence_Fast_ITEMS(item);
+        PyObject *topic = field[0], *source = field[1], *result_id = field[4];
+        PyObject *query_id = field[5];
+        Row row = {NULL, field[2], field[3], field[6], field[7], field[8], field[9], NULL,
+                   NULL, NULL};
+        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(source) ||
+            !PyUnicode_CheckExact(result_id) || !PyUnicode_CheckExact(query_id) ||
+            !PyList_CheckExact(row.values) || PyList_GET_SIZE(row.values) != N_MEASURES ||
+            !(row.qrels == Py_None || PyUnicode_CheckExact(row.qrels))) {
+            break;
+        }
+        /* The input partition's name, f"{topic}/{source}", kept per (topic, source). */
+        PyObject *where = PyTuple_Pack(2, topic, source);
+        if (where == NULL) {
+            goto failed;
+        }
+        row.stream = PyDict_GetItemWithError(streams, where);
+        if (row.stream != NULL) {
+            Py_INCREF(row.stream);
+        }
+        else if (PyErr_Occurred() ||
+                 (row.stream = PyUnicode_FromFormat("%U/%S", topic, source)) == NULL ||
+                 PyDict_SetItem(streams, where, row.stream) < 0) {
+            Py_DECREF(where);
+            Py_XDECREF(row.stream);
+            goto failed;
+        }
+        Py_DECREF(where);
+        int take = 1;
+        if (load_seen != Py_None) {
+            row.seen_key = PyUnicode_Concat(prefix, result_id);
+            if (row.seen_key == NULL) {
+                goto failed_row;
+            }
+            PyObject *earlier = PyDict_GetItemWithError(seen, row.seen_key);
+            if (earlier != NULL) {
+                take = 0; /* counted before in this batch */
+            }
+            else if (PyErr_Occurred()) {
+                goto failed_row;
+            }
+            else {
+                earlier = PyObject_CallOneArg(load_seen, row.seen_key);
+                if (earlier == NULL) {
+                    goto failed_row;
+                }
+                take = earlier == Py_None;
+                Py_DECREF(earlier);
+            }
+        }
+        if (take) {
+            int below = at_or_below(watermarks, row.stream, row.offset, row.seq);
+            if (below == -1) {
+                goto failed_row;
+            }
+            take = below == 0;
+        }
+        if (take) {
+            row.key = PyUnicode_Concat(prefix, query_id);
+            if (row.key == NULL) {
+                goto failed_row;
+            }
+            row.tracked = PyDict_GetItemWithError(queries, row.key);
+            if (row.tracked != NULL) {
+                Py_INCREF(row.tracked);
+            }
+            else if (PyErr_Occurred() ||
+                     (row.tracked = PyObject_CallOneArg(load_query, row.key)) == NULL) {
+                goto failed_row;
+            }
+            take = entry_takes(row.tracked, &row, state);
+            if (take < 0) {
+                goto failed_row;
+            }
+        }
+        if (take) {
+            PyObject **items = PySequence_Fast_ITEMS(row.values);
+            for (Py_ssize_t m = 0; m < N_MEASURES && take; m++) {
+                take = measure_value(items[m], &value[m]) == 0;
+            }
+        }
+        if (take) {
+            n_targets = rollup_targets(&pending, targets, overall, by_facet, row.facets, limit,
+                                       other, make);
+            if (n_targets == -1) {
+                goto failed_row;
+            }
+            take = n_targets > 0;
+        }
+        if (!take) {
+            /* Python folds this row: nothing of it was changed here. */
+            Py_XDECREF(row.seen_key);
+            Py_XDECREF(row.key);
+            Py_XDECREF(row.tracked);
+            Py_DECREF(row.stream);
+            break;
+        }
+        /* Every check made: the row is folded, in add_rows' order. */
+        if (row.seen_key != NULL) {
+            PyObject *entry_items[5] = {row.stream, row.offset, row.seq, now, partition};
+            PyObject *entry = named_tuple((PyTypeObject *)seen_type, entry_items, 5);
+            if (entry == NULL || PyDict_SetItem(seen, row.seen_key, entry) < 0) {
+                Py_XDECREF(entry);
+                goto failed_row;
+            }
+            Py_DECREF(entry);
+        }
+        for (Py_ssize_t t = 0; t < n_targets; t++) {
+            Pending *p = &pending.items[targets[t]];
+            p->added++;
+            for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
+                p->sum[m] += value[m];
+                p->sumsq[m] += value[m] * value[m];
+            }
+        }
+        if (fold_entry(&row, state, queries, max_queries, now, golden_marks, golden_mark) < 0) {
+            goto failed_row;
+        }
+        /* The sketch reads no values of a result without a confidence. */
+        PyObject *sketched;
+        if (row.confidence == Py_None) {
+            sketched = PyObject_CallFunctionObjArgs(sketch_add, Py_None, row.values, NULL);
+        }
+        else {
+            PyObject *values = named_tuple(values_type, PySequence_Fast_ITEMS(row.values),
+                                           N_MEASURES);
+            sketched = values == NULL ? NULL
+                                      : PyObject_CallFunctionObjArgs(sketch_add, row.confidence,
+                                                                     values, NULL);
+            Py_XDECREF(values);
+        }
+        if (sketched == NULL) {
+            goto failed_row;
+        }
+        Py_DECREF(sketched);
+        PyObject *ndcg_value = PyList_GET_ITEM(row.values, ndcg);
+        if (trend == Py_None) {
+            PyObject *made = pair_of(one_float, ndcg_value);
+            if (made == NULL) {
+                goto failed_row;
+            }
+            Py_SETREF(trend, made);
+        }
+        else if (add_to_slot(trend, 0, one_float) < 0 || add_to_slot(trend, 1, ndcg_value) < 0) {
+            goto failed_row;
+        }
+        PyObject *position = pair_of(row.offset, row.seq);
+        if (position == NULL || PyDict_SetItem(watermarks, row.stream, position) < 0) {
+            Py_XDECREF(position);
+            goto failed_row;
+        }
+        Py_DECREF(position);
+        counted++;
+        Py_XDECREF(row.seen_key);
+        Py_XDECREF(row.key);
+        Py_XDECREF(row.tracked);
+        Py_DECREF(row.stream);
+        continue;
+    failed_row:
+        Py_XDECREF(row.seen_key);
+        Py_XDECREF(row.key);
+        Py_XDECREF(row.tracked);
+        Py_DECREF(row.stream);
+        goto failed;
+    }
+    Py_XDECREF(overall);
+    Py_XDECREF(by_facet);
+    Py_XDECREF(prefix);
+    PyObject *result = NULL;
+    if (pending_flush(&pending) == 0) {
+        result = Py_BuildValue("(nnO)", i, counted, trend);
+    }
+    pending_release(&pending);
+    Py_DECREF(trend);
+    return result;
+failed:
+    Py_XDECREF(overall);
+    Py_XDECREF(by_facet);
+    Py_XDECREF(prefix);
+    /* What was counted before the failing row, as Python would leave it. */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    if (pending_flush(&pending) < 0) {
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, error, traceback);
+    pending_release(&pending);
+    Py_DECREF(trend);
+    return NULL;
+}
+
 static PyMethodDef kernel_methods[] = {
     {"configure", kernel_configure, METH_VARARGS,
      "configure(log2_ranks, gains, max_grade, values_type): the Python kernel's tables."},
@@ -809,6 +1548,9 @@ static PyMethodDef kernel_methods[] = {
     {"rollup_add", (PyCFunction)(void (*)(void))kernel_rollup_add, METH_FASTCALL,
      "rollup_add(overall, by_facet, values, facets, limit, other, make): RunRollup.add, "
      "or NotImplemented."},
+    {"fold_rows", (PyCFunction)(void (*)(void))kernel_fold_rows, METH_FASTCALL,
+     "fold_rows(rows, start, ...): RunBatch.add_rows of the common rows, from start; "
+     "(the first row left to Python, how many counted, the trend)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -832,8 +1574,19 @@ PyInit__kernel(void)
     count_str = PyUnicode_InternFromString("count");
     sums_str = PyUnicode_InternFromString("sums");
     sumsqs_str = PyUnicode_InternFromString("sumsqs");
+    at_str = PyUnicode_InternFromString("at");
+    new_str = PyUnicode_InternFromString("new");
+    chg_str = PyUnicode_InternFromString("chg");
+    queries_str = PyUnicode_InternFromString("queries");
+    changed_qrels_str = PyUnicode_InternFromString("changedQrels");
+    overall_str = PyUnicode_InternFromString("overall");
+    facets_str = PyUnicode_InternFromString("facets");
+    separator_str = PyUnicode_FromString("\x1f");
+    one_float = PyFloat_FromDouble(1.0);
     if (newline_str == NULL || one_int == NULL || count_str == NULL || sums_str == NULL ||
-        sumsqs_str == NULL) {
+        sumsqs_str == NULL || at_str == NULL || new_str == NULL || chg_str == NULL ||
+        queries_str == NULL || changed_qrels_str == NULL || overall_str == NULL ||
+        facets_str == NULL || separator_str == NULL || one_float == NULL) {
         Py_DECREF(module);
         return NULL;
     }

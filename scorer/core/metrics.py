@@ -279,9 +279,10 @@ _kernel_module, KERNEL = _load_compiled()
 
 
 def compiled(name: str) -> Callable[..., Any] | None:
-    """The compiled kernel's function ``name``, or None where Python runs (:data:`KERNEL`).
-    Each returns NotImplemented, having changed nothing, for what it does not take."""
-    return None if _kernel_module is None else getattr(_kernel_module, name)
+    """The compiled kernel's function ``name``, or None where Python runs (:data:`KERNEL`,
+    or a kernel built from an older source, without it). Each returns NotImplemented,
+    having changed nothing, for what it does not take (``fold_rows`` stops at the row)."""
+    return None if _kernel_module is None else getattr(_kernel_module, name, None)
 
 
 _compiled = compiled("score")

@@ -41,8 +41,13 @@ from typing import Any, NamedTuple
 
 from scorer.analysis.risk_sketch import RiskSketch
 from scorer.core.measures import METRIC_NAMES, NDCG_SLOT, each, unrolled
-from scorer.core.metrics import MetricValues
-from scorer.core.rollup import RunRollup
+from scorer.core.metrics import MetricValues, compiled
+from scorer.core.rollup import (
+    MAX_FACET_VALUES_PER_RUN,
+    OTHER_FACET_VALUE,
+    MetricAggregate,
+    RunRollup,
+)
 from scorer.stream.outputs import new_tuple
 from scorer.stream.stored import (
     SourcePosition,
@@ -190,7 +195,45 @@ class RunBatch:
     def add_rows(self, run_key: bytes, rows: Iterable[Sequence[Any]]) -> int:
         """Fold the scored results ``rows`` of the run ``run_key`` in their order, each as
         :meth:`add_row` would (a rollup record's rows: what the run's state, rollup,
-        sketch and trend are looked up for once); returns how many were counted."""
+        sketch and trend are looked up for once); returns how many were counted.
+
+        With per-query marks, the compiled kernel (``fold_rows`` in
+        ``scorer/core/_kernel.c``) folds the rows of the common case: a new resultId past
+        the run's watermark, whose query entry is new or lacks it. It stops at any other
+        row, which :meth:`_add_rows_python`, the reference, folds before the kernel goes
+        on (a redelivery, a resend, an entry of an earlier layout...)."""
+        if _fold_rows is None or not self.query_marks:
+            return self._add_rows_python(run_key, rows)
+        rows = rows if type(rows) is list else list(rows)
+        state = self._open(run_key)
+        rollup = self._rollups[run_key]
+        load_seen = self.load_seen
+        arguments = [
+            rows, 0, state, state["watermarks"], run_key.decode(), rollup,
+            MAX_FACET_VALUES_PER_RUN, OTHER_FACET_VALUE, MetricAggregate,
+            self._sketches[run_key].add, load_seen, self.seen, SeenEntry, self.queries,
+            self.load_query, self.max_queries, self.now, self.partition,
+            self._trend.get(run_key), {}, _golden_marks, golden_mark, NDCG_SLOT,
+        ]  # fmt: skip
+        counted, end = 0, len(rows)
+        while True:
+            start, folded, trend = _fold_rows(*arguments)
+            counted += folded
+            if trend is not None:
+                self._trend[run_key] = trend
+            if start >= end:
+                break
+            counted += self._add_rows_python(run_key, rows[start : start + 1])
+            if start + 1 >= end:
+                break
+            arguments[1] = start + 1
+            arguments[_TREND_ARGUMENT] = self._trend.get(run_key)
+        if counted:
+            self._changed.add(run_key)
+        return counted
+
+    def _add_rows_python(self, run_key: bytes, rows: Iterable[Sequence[Any]]) -> int:
+        """:meth:`add_rows` in Python, every row (the compiled kernel's reference)."""
         state = self._open(run_key)
         run_id = run_key.decode()
         watermarks = state["watermarks"]
@@ -404,6 +447,10 @@ def query_key(run_id: str, query_id: str) -> str:
 
 
 _N = len(METRIC_NAMES)
+_fold_rows = compiled("fold_rows")
+"""The compiled :meth:`RunBatch.add_rows` of the common rows; None where Python folds."""
+_TREND_ARGUMENT = 18
+"""Where the run's trend goes among ``fold_rows``' arguments."""
 _QUERY_ENTRY = 2 + 2 * _N
 """Items of a per-query entry: count, a sum per measure, enteredAt, a first value per measure."""
 _FIVE_SUMS_ONLY = 6
