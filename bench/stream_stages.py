@@ -139,7 +139,10 @@ def main() -> None:
             state.get, {}.get, 10_000, seen.get, partition=0, now=1.0, **(options or {})
         )
         for _, key, value in drained:
-            if stored is not None:
+            if stored is not None and hasattr(batch, "add_rows"):
+                # A record's rows in one call, as the worker's fold handler folds them.
+                batch.add_rows(key, stored.decode_rollup_record(value))
+            elif stored is not None:
                 for row in stored.decode_rollup_record(value):
                     batch.add_row(key, row)
             elif hasattr(batch, "add_row"):

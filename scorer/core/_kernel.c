@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define NDCG_CUTOFF 10
@@ -937,9 +938,88 @@ typedef struct {
     double sum[N_MEASURES], sumsq[N_MEASURES];
 } Pending;
 
+/* Pointers to indexes, open addressing (a run can have hundreds of facet values). */
+typedef struct {
+    const void **keys;
+    Py_ssize_t *values;
+    size_t mask; /* capacity - 1; 0 before the first put */
+    Py_ssize_t n;
+} PointerMap;
+
+static size_t
+pointer_hash(const void *key, size_t mask)
+{
+    return (size_t)(((uint64_t)(uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 17) & mask;
+}
+
+/* The index held for key, or -1. */
+static Py_ssize_t
+pointer_get(const PointerMap *map, const void *key)
+{
+    if (map->mask == 0) {
+        return -1;
+    }
+    for (size_t at = pointer_hash(key, map->mask);; at = (at + 1) & map->mask) {
+        if (map->keys[at] == key) {
+            return map->values[at];
+        }
+        if (map->keys[at] == NULL) {
+            return -1;
+        }
+    }
+}
+
+/* 0, or -1 with MemoryError. */
+static int
+pointer_put(PointerMap *map, const void *key, Py_ssize_t value)
+{
+    if ((size_t)(2 * (map->n + 1)) > map->mask + 1 || map->mask == 0) {
+        size_t capacity = map->mask ? 2 * (map->mask + 1) : 64;
+        PointerMap grown = {PyMem_Calloc(capacity, sizeof(void *)),
+                            PyMem_Malloc(capacity * sizeof(Py_ssize_t)), capacity - 1, 0};
+        if (grown.keys == NULL || grown.values == NULL) {
+            PyMem_Free(grown.keys);
+            PyMem_Free(grown.values);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t at = 0; map->mask && at <= map->mask; at++) {
+            if (map->keys[at] != NULL) {
+                pointer_put(&grown, map->keys[at], map->values[at]); /* cannot grow */
+            }
+        }
+        PyMem_Free(map->keys);
+        PyMem_Free(map->values);
+        *map = grown;
+    }
+    size_t at = pointer_hash(key, map->mask);
+    while (map->keys[at] != NULL && map->keys[at] != key) {
+        at = (at + 1) & map->mask;
+    }
+    if (map->keys[at] == NULL) {
+        map->n++;
+    }
+    map->keys[at] = key;
+    map->values[at] = value;
+    return 0;
+}
+
+static void
+pointer_free(PointerMap *map)
+{
+    PyMem_Free(map->keys);
+    PyMem_Free(map->values);
+    map->keys = NULL;
+    map->values = NULL;
+    map->mask = 0;
+    map->n = 0;
+}
+
 typedef struct {
     Pending *items;
     Py_ssize_t n, size;
+    PointerMap by_aggregate; /* aggregate -> index in items */
+    PointerMap lists;        /* the items' sums and sumsqs lists */
 } PendingSet;
 
 static void
@@ -955,6 +1035,8 @@ pending_release(PendingSet *set)
     PyMem_Free(set->items);
     set->items = NULL;
     set->n = set->size = 0;
+    pointer_free(&set->by_aggregate);
+    pointer_free(&set->lists);
 }
 
 /* The pending sums of aggregate (an exact instance of make): its index, -2 when its
@@ -962,10 +1044,9 @@ pending_release(PendingSet *set)
 static Py_ssize_t
 pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
 {
-    for (Py_ssize_t i = set->n - 1; i >= 0; i--) {
-        if (set->items[i].aggregate == aggregate) {
-            return i;
-        }
+    Py_ssize_t known = pointer_get(&set->by_aggregate, aggregate);
+    if (known >= 0) {
+        return known;
     }
     if (Py_TYPE(aggregate) != (PyTypeObject *)make) {
         return -2;
@@ -975,12 +1056,9 @@ pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
     PyObject *sumsqs = sums == NULL ? NULL : PyObject_GetAttr(aggregate, sumsqs_str);
     int declined = sumsqs == NULL || !PyLong_CheckExact(count) || float_slots(sums) < 0 ||
                    float_slots(sumsqs) < 0 || sums == sumsqs;
-    for (Py_ssize_t i = 0; i < set->n && !declined; i++) {
-        /* A list shared with another aggregate would take both's additions. */
-        Pending *other = &set->items[i];
-        declined = sums == other->sums || sums == other->sumsqs || sumsqs == other->sums ||
-                   sumsqs == other->sumsqs;
-    }
+    /* A list shared with another aggregate would take both's additions. */
+    declined = declined || pointer_get(&set->lists, sums) >= 0 ||
+               pointer_get(&set->lists, sumsqs) >= 0;
     if (declined) {
         PyErr_Clear(); /* Python raises it */
         Py_XDECREF(count);
@@ -1000,6 +1078,14 @@ pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
         }
         set->items = items;
         set->size = size;
+    }
+    if (pointer_put(&set->by_aggregate, aggregate, set->n) < 0 ||
+        pointer_put(&set->lists, sums, set->n) < 0 ||
+        pointer_put(&set->lists, sumsqs, set->n) < 0) {
+        Py_DECREF(count);
+        Py_DECREF(sums);
+        Py_DECREF(sumsqs);
+        return -1;
     }
     Pending *p = &set->items[set->n];
     Py_INCREF(aggregate);
@@ -1320,7 +1406,7 @@ kernel_fold_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t i = start, counted = 0;
     PyObject *overall = NULL, *by_facet = NULL, *prefix = NULL;
-    PendingSet pending = {NULL, 0, 0};
+    PendingSet pending = {NULL, 0, 0, {NULL, NULL, 0, 0}, {NULL, NULL, 0, 0}};
     Py_ssize_t targets[MAX_AGGREGATES], n_targets = 0;
     double value[N_MEASURES];
     Py_INCREF(trend);

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorer.core.metrics import KERNEL, METRIC_NAMES
+from scorer.core.rollup import MAX_FACET_VALUES_PER_RUN, OTHER_FACET_VALUE
 from scorer.stream import run_state
 from scorer.stream.run_state import RunBatch, SeenEntry
 
@@ -174,3 +175,30 @@ def test_the_kernel_folds_the_common_rows_and_leaves_the_others_to_python(
     assert state["watermarks"] == {"results/0": [5, 0]}
     assert state["queries"] == 1
     assert math.isclose(first.queries["run\x1fq1"][1 + 2], 2.5)
+
+
+def test_hundreds_of_facet_values_past_the_cap_fold_as_in_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the run's cap of values per facet, a value is counted as ``other``; the
+    kernel's table of a call's aggregates grows to hold them all."""
+
+    def row(n: int) -> tuple[Any, ...]:
+        values = [((n * 37) % 101) / 101, 0.25, 1 / (1 + n % 9), 0.5, n % 2, 1.0, 0.75]
+        facets = {"type": f"t{n % 260}", "region": f"g{(n * 7) % 230}", "popularity": "head"}
+        confidence = None if n % 4 else n / 10
+        return ("results", n % 3, n, 0, f"r{n}", f"q{n % 7}", values, facets, confidence,
+                FINGERPRINTS[n % 3])  # fmt: skip
+
+    rows = [row(n) for n in range(1200)]
+    folded, facets = [], []
+    for compiled in (False, True):
+        monkeypatch.setattr(run_state, "_fold_rows", KERNEL_FOLD if compiled else None)
+        batch = RunBatch({}.get, {}.get, 5, {}.get, now=3.0)
+        assert batch.add_rows(b"run", rows) == len(rows)
+        facets.append(batch._rollups[b"run"].facets)
+        folded.append(repr((batch.finish("t"), sorted(batch.queries.items()))))
+    assert folded[0] == folded[1]
+    by_value = facets[1]["type"]
+    assert len(by_value) == MAX_FACET_VALUES_PER_RUN + 1
+    assert by_value[OTHER_FACET_VALUE].count == sum(1 for n in range(1200) if n % 260 >= 200)
