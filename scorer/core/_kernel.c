@@ -110,6 +110,21 @@ credit(PyObject **credited, PyObject *doc)
     return PySet_Add(*credited, doc) < 0 ? -1 : 1;
 }
 
+/* An empty tuple of n items of the tuple subclass type (its items to be set). */
+static PyObject *
+new_of_type(PyTypeObject *type, Py_ssize_t n)
+{
+    PyObject *result = type->tp_alloc(type, n);
+#if PY_VERSION_HEX >= 0x030E0000
+    /* Tuples cache their hash from 3.14 on; -1 is "not computed", as tuple's own
+     * constructor of a subtype sets it. */
+    if (result != NULL) {
+        ((PyTupleObject *)result)->ob_hash = -1;
+    }
+#endif
+    return result;
+}
+
 /* The measures, in the slots of scorer.core.measures.MEASURES (checked at import). */
 static PyObject *
 values_of(Found *found, long n_relevant, double ideal, long hits, long k, double dcg,
@@ -138,15 +153,10 @@ values_of(Found *found, long n_relevant, double ideal, long hits, long k, double
         filled ? (double)judged_slots / (double)filled : 0.0,
         candidate,
     };
-    PyObject *result = values_type->tp_alloc(values_type, N_MEASURES);
+    PyObject *result = new_of_type(values_type, N_MEASURES);
     if (result == NULL) {
         return NULL;
     }
-#if PY_VERSION_HEX >= 0x030E0000
-    /* Tuples cache their hash from 3.14 on; -1 is "not computed", as tuple's own
-     * constructor of a subtype sets it. */
-    ((PyTupleObject *)result)->ob_hash = -1;
-#endif
     for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
         PyObject *item = i == 4 ? PyLong_FromLong(hits ? 1 : 0) : PyFloat_FromDouble(slots[i]);
         if (item == NULL) {
@@ -883,13 +893,10 @@ triple_of(PyObject *a, PyObject *b, PyObject *c)
 static PyObject *
 named_tuple(PyTypeObject *type, PyObject *const *items, Py_ssize_t n)
 {
-    PyObject *result = type->tp_alloc(type, n);
+    PyObject *result = new_of_type(type, n);
     if (result == NULL) {
         return NULL;
     }
-#if PY_VERSION_HEX >= 0x030E0000
-    ((PyTupleObject *)result)->ob_hash = -1;
-#endif
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_INCREF(items[i]);
         PyTuple_SET_ITEM(result, i, items[i]);
