@@ -820,8 +820,9 @@ kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * values a list of every measure, its query's entry absent or carrying marks that lack
  * the row. It folds rows from `start` until one is not of that case, which it leaves
  * untouched for Python to fold (the same order of operations, the same objects made,
- * the same arithmetic: Python's + on the same numbers). tests/unit/test_fold_kernel.py
- * checks the tables both leave, row by row, on random batches. */
+ * the same arithmetic: Python's + on the same numbers). One difference of timing: the
+ * run's aggregates get their sums once per call, not once per row (Pending, below).
+ * tests/unit/test_fold_kernel.py checks the tables both leave on random batches. */
 
 #define QUERY_ENTRY (2 + 2 * N_MEASURES)
 #define WITH_GOLDEN (QUERY_ENTRY + 2)
