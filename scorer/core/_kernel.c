@@ -681,9 +681,19 @@ aggregate_of(PyObject *by_facet, PyObject *facet, PyObject **value, Py_ssize_t l
 #define MAX_AGGREGATES (1 + 64)
 
 static PyObject *
-rollup_add(PyObject *overall, PyObject *by_facet, PyObject *values, PyObject *facets,
-           Py_ssize_t limit, PyObject *other, PyObject *make)
+kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "rollup_add(overall, by_facet, values, facets, limit, other, make)");
+        return NULL;
+    }
+    PyObject *overall = args[0], *by_facet = args[1], *values = args[2], *facets = args[3];
+    PyObject *other = args[5], *make = args[6];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
     if (!(PyTuple_Check(values) || PyList_CheckExact(values)) ||
         PySequence_Fast_GET_SIZE(values) != N_MEASURES || !PyDict_CheckExact(by_facet) ||
         !(facets == Py_None || PyDict_CheckExact(facets)) ||
@@ -796,21 +806,6 @@ release:
     }
     Py_DECREF(counted);
     return result;
-}
-
-static PyObject *
-kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "rollup_add(overall, by_facet, values, facets, limit, other, make)");
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    return rollup_add(args[0], args[1], args[2], args[3], limit, args[5], args[6]);
 }
 
 /* ---- RunBatch.add_rows: a rollup record's rows folded into their run ----------------
