@@ -680,6 +680,274 @@ aggregate_of(PyObject *by_facet, PyObject *facet, PyObject **value, Py_ssize_t l
 
 #define MAX_AGGREGATES (1 + 64)
 
+/* The run's aggregates a call (rollup_add, fold_rows) counts rows into, their sums kept
+ * as doubles until the call returns (Python's float objects made once per aggregate and
+ * call, not once per row: the same additions, in the same order, so the same bits). */
+typedef struct {
+    PyObject *aggregate, *count, *sums, *sumsqs; /* new references */
+    Py_ssize_t added;
+    double sum[N_MEASURES], sumsq[N_MEASURES];
+} Pending;
+
+/* Pointers to indexes, open addressing (a run can have hundreds of facet values). */
+typedef struct {
+    const void **keys;
+    Py_ssize_t *values;
+    size_t mask; /* capacity - 1; 0 before the first put */
+    Py_ssize_t n;
+} PointerMap;
+
+static size_t
+pointer_hash(const void *key, size_t mask)
+{
+    return (size_t)(((uint64_t)(uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 17) & mask;
+}
+
+/* The index held for key, or -1. */
+static Py_ssize_t
+pointer_get(const PointerMap *map, const void *key)
+{
+    if (map->mask == 0) {
+        return -1;
+    }
+    for (size_t at = pointer_hash(key, map->mask);; at = (at + 1) & map->mask) {
+        if (map->keys[at] == key) {
+            return map->values[at];
+        }
+        if (map->keys[at] == NULL) {
+            return -1;
+        }
+    }
+}
+
+/* 0, or -1 with MemoryError. */
+static int
+pointer_put(PointerMap *map, const void *key, Py_ssize_t value)
+{
+    if ((size_t)(2 * (map->n + 1)) > map->mask + 1 || map->mask == 0) {
+        size_t capacity = map->mask ? 2 * (map->mask + 1) : 16;
+        PointerMap grown = {PyMem_Calloc(capacity, sizeof(void *)),
+                            PyMem_Malloc(capacity * sizeof(Py_ssize_t)), capacity - 1, 0};
+        if (grown.keys == NULL || grown.values == NULL) {
+            PyMem_Free(grown.keys);
+            PyMem_Free(grown.values);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t at = 0; map->mask && at <= map->mask; at++) {
+            if (map->keys[at] != NULL) {
+                pointer_put(&grown, map->keys[at], map->values[at]); /* cannot grow */
+            }
+        }
+        PyMem_Free(map->keys);
+        PyMem_Free(map->values);
+        *map = grown;
+    }
+    size_t at = pointer_hash(key, map->mask);
+    while (map->keys[at] != NULL && map->keys[at] != key) {
+        at = (at + 1) & map->mask;
+    }
+    if (map->keys[at] == NULL) {
+        map->n++;
+    }
+    map->keys[at] = key;
+    map->values[at] = value;
+    return 0;
+}
+
+static void
+pointer_free(PointerMap *map)
+{
+    PyMem_Free(map->keys);
+    PyMem_Free(map->values);
+    map->keys = NULL;
+    map->values = NULL;
+    map->mask = 0;
+    map->n = 0;
+}
+
+typedef struct {
+    Pending *items;
+    Py_ssize_t n, size;
+    PointerMap by_aggregate; /* aggregate -> index in items */
+    PointerMap lists;        /* the items' sums and sumsqs lists */
+} PendingSet;
+
+static void
+pending_release(PendingSet *set)
+{
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        Pending *p = &set->items[i];
+        Py_DECREF(p->aggregate);
+        Py_DECREF(p->count);
+        Py_DECREF(p->sums);
+        Py_DECREF(p->sumsqs);
+    }
+    PyMem_Free(set->items);
+    set->items = NULL;
+    set->n = set->size = 0;
+    pointer_free(&set->by_aggregate);
+    pointer_free(&set->lists);
+}
+
+/* The pending sums of aggregate (an exact instance of make): its index, -2 when its
+ * lists are not of floats (declined), -1 with an exception. */
+static Py_ssize_t
+pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
+{
+    Py_ssize_t known = pointer_get(&set->by_aggregate, aggregate);
+    if (known >= 0) {
+        return known;
+    }
+    if (Py_TYPE(aggregate) != (PyTypeObject *)make) {
+        return -2;
+    }
+    PyObject *count = PyObject_GetAttr(aggregate, count_str);
+    PyObject *sums = count == NULL ? NULL : PyObject_GetAttr(aggregate, sums_str);
+    PyObject *sumsqs = sums == NULL ? NULL : PyObject_GetAttr(aggregate, sumsqs_str);
+    int declined = sumsqs == NULL || !PyLong_CheckExact(count) || float_slots(sums) < 0 ||
+                   float_slots(sumsqs) < 0 || sums == sumsqs;
+    /* A list shared with another aggregate would take both's additions. */
+    declined = declined || pointer_get(&set->lists, sums) >= 0 ||
+               pointer_get(&set->lists, sumsqs) >= 0;
+    if (declined) {
+        PyErr_Clear(); /* Python raises it */
+        Py_XDECREF(count);
+        Py_XDECREF(sums);
+        Py_XDECREF(sumsqs);
+        return -2;
+    }
+    if (set->n == set->size) {
+        Py_ssize_t size = set->size ? 2 * set->size : 4;
+        Pending *items = PyMem_Realloc(set->items, size * sizeof(Pending));
+        if (items == NULL) {
+            Py_DECREF(count);
+            Py_DECREF(sums);
+            Py_DECREF(sumsqs);
+            PyErr_NoMemory();
+            return -1;
+        }
+        set->items = items;
+        set->size = size;
+    }
+    if (pointer_put(&set->by_aggregate, aggregate, set->n) < 0 ||
+        pointer_put(&set->lists, sums, set->n) < 0 ||
+        pointer_put(&set->lists, sumsqs, set->n) < 0) {
+        Py_DECREF(count);
+        Py_DECREF(sums);
+        Py_DECREF(sumsqs);
+        return -1;
+    }
+    Pending *p = &set->items[set->n];
+    Py_INCREF(aggregate);
+    p->aggregate = aggregate;
+    p->count = count;
+    p->sums = sums;
+    p->sumsqs = sumsqs;
+    p->added = 0;
+    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
+        p->sum[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sums, i));
+        p->sumsq[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sumsqs, i));
+    }
+    return set->n++;
+}
+
+/* The pending sums written to their aggregates: 0, or -1 with an exception. */
+static int
+pending_flush(PendingSet *set)
+{
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        Pending *p = &set->items[i];
+        if (!p->added) {
+            continue;
+        }
+        PyObject *added = PyLong_FromSsize_t(p->added);
+        PyObject *count = added == NULL ? NULL : PyNumber_Add(p->count, added);
+        Py_XDECREF(added);
+        if (count == NULL) {
+            return -1;
+        }
+        int failed = PyObject_SetAttr(p->aggregate, count_str, count);
+        Py_SETREF(p->count, count);
+        if (failed < 0) {
+            return -1;
+        }
+        for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
+            PyObject *sum = PyFloat_FromDouble(p->sum[m]);
+            PyObject *sumsq = PyFloat_FromDouble(p->sumsq[m]);
+            if (sum == NULL || sumsq == NULL) {
+                Py_XDECREF(sum);
+                Py_XDECREF(sumsq);
+                return -1;
+            }
+            PyList_SetItem(p->sums, m, sum);
+            PyList_SetItem(p->sumsqs, m, sumsq);
+        }
+        p->added = 0;
+    }
+    return 0;
+}
+
+/* The aggregates a row counts in (RunRollup.add's lookups: the overall one, then one per
+ * facet value, the facet's OTHER past its limit), as indexes into set: how many, -2
+ * when declined, -1 with an exception. counted, when not NULL, gets each facet's value
+ * as counted (OTHER past the limit). */
+static Py_ssize_t
+rollup_targets(PendingSet *set, Py_ssize_t *index, PyObject *overall, PyObject *by_facet,
+               PyObject *facets, Py_ssize_t limit, PyObject *other, PyObject *make,
+               PyObject *counted)
+{
+    if (!PyDict_CheckExact(by_facet) ||
+        !(facets == Py_None ||
+          (PyDict_CheckExact(facets) && PyDict_GET_SIZE(facets) < MAX_AGGREGATES))) {
+        return -2;
+    }
+    Py_ssize_t n = 0;
+    index[n] = pending_of(set, overall, make);
+    if (index[n] < 0) {
+        return index[n];
+    }
+    n++;
+    if (facets != Py_None) {
+        Py_ssize_t position = 0;
+        PyObject *facet, *facet_value;
+        while (PyDict_Next(facets, &position, &facet, &facet_value)) {
+            PyObject *as_counted = facet_value;
+            PyObject *aggregate = aggregate_of(by_facet, facet, &as_counted, limit, other, make);
+            if (aggregate == NULL) {
+                return PyErr_Occurred() ? -1 : -2;
+            }
+            index[n] = pending_of(set, aggregate, make);
+            Py_DECREF(aggregate);
+            if (index[n] < 0) {
+                return index[n];
+            }
+            n++;
+            if (counted != NULL && PyDict_SetItem(counted, facet, as_counted) < 0) {
+                return -1;
+            }
+        }
+    }
+    return n;
+}
+
+/* One row's values counted, pending, into the aggregates at index[0..n). */
+static void
+pending_add(PendingSet *set, const Py_ssize_t *index, Py_ssize_t n, const double *value)
+{
+    for (Py_ssize_t t = 0; t < n; t++) {
+        Pending *p = &set->items[index[t]];
+        p->added++;
+        for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
+            p->sum[m] += value[m];
+            p->sumsq[m] += value[m] * value[m];
+        }
+    }
+}
+
+/* RunRollup.add for one result: its targets resolved (made) and checked before anything
+ * is counted, so that Python folds whatever is declined; the facets as counted, or
+ * NotImplemented. */
 static PyObject *
 kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -695,117 +963,39 @@ kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (!(PyTuple_Check(values) || PyList_CheckExact(values)) ||
-        PySequence_Fast_GET_SIZE(values) != N_MEASURES || !PyDict_CheckExact(by_facet) ||
-        !(facets == Py_None || PyDict_CheckExact(facets)) ||
-        (facets != Py_None && PyDict_GET_SIZE(facets) >= MAX_AGGREGATES)) {
+        PySequence_Fast_GET_SIZE(values) != N_MEASURES || !PyType_Check(make)) {
         Py_RETURN_NOTIMPLEMENTED;
     }
-    double value[N_MEASURES], square[N_MEASURES];
+    double value[N_MEASURES];
     PyObject **items = PySequence_Fast_ITEMS(values);
     for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
         if (measure_value(items[i], &value[i]) < 0) {
             Py_RETURN_NOTIMPLEMENTED;
         }
-        square[i] = value[i] * value[i];
-    }
-    if (!PyType_Check(make) || Py_TYPE(overall) != (PyTypeObject *)make) {
-        Py_RETURN_NOTIMPLEMENTED;
     }
     PyObject *counted = PyDict_New();
     if (counted == NULL) {
         return NULL;
     }
-    /* The aggregates to count in, with their lists: all found (made) and checked before
-     * anything is counted, so that Python folds whatever is declined. Each is exactly
-     * of the class make: setting its count runs no Python code. */
-    PyObject *targets[MAX_AGGREGATES], *sums[MAX_AGGREGATES], *sumsqs[MAX_AGGREGATES],
-        *counts[MAX_AGGREGATES];
-    for (Py_ssize_t t = 0; t < MAX_AGGREGATES; t++) {
-        sums[t] = sumsqs[t] = counts[t] = NULL;
-    }
-    Py_ssize_t n = 0;
-    int declined = 0;
-    PyObject *result = NULL;
-    Py_INCREF(overall);
-    targets[n++] = overall;
-    if (facets != Py_None) {
-        Py_ssize_t position = 0;
-        PyObject *facet, *facet_value;
-        while (PyDict_Next(facets, &position, &facet, &facet_value)) {
-            PyObject *as_counted = facet_value;
-            PyObject *aggregate = aggregate_of(by_facet, facet, &as_counted, limit, other, make);
-            if (aggregate == NULL) {
-                if (PyErr_Occurred()) {
-                    goto release;
-                }
-                declined = 1;
-                break;
-            }
-            targets[n++] = aggregate;
-            if (PyDict_SetItem(counted, facet, as_counted) < 0) {
-                goto release;
-            }
+    PendingSet set = {0};
+    Py_ssize_t index[MAX_AGGREGATES];
+    Py_ssize_t n =
+        rollup_targets(&set, index, overall, by_facet, facets, limit, other, make, counted);
+    if (n > 0) {
+        pending_add(&set, index, n, value);
+        if (pending_flush(&set) < 0) {
+            n = -1;
         }
     }
-    for (Py_ssize_t t = 0; t < n && !declined; t++) {
-        if (Py_TYPE(targets[t]) != (PyTypeObject *)make) {
-            declined = 1;
-            break;
-        }
-        counts[t] = PyObject_GetAttr(targets[t], count_str);
-        sums[t] = PyObject_GetAttr(targets[t], sums_str);
-        sumsqs[t] = PyObject_GetAttr(targets[t], sumsqs_str);
-        if (counts[t] == NULL || sums[t] == NULL || sumsqs[t] == NULL) {
-            PyErr_Clear(); /* Python raises it */
-            declined = 1;
-        }
-        else if (!PyLong_CheckExact(counts[t]) || float_slots(sums[t]) < 0 ||
-                 float_slots(sumsqs[t]) < 0 || sums[t] == sumsqs[t]) {
-            /* One list as both would take the square from the sum before it. */
-            declined = 1;
-        }
+    pending_release(&set);
+    if (n == -2) {
+        Py_DECREF(counted);
+        Py_RETURN_NOTIMPLEMENTED;
     }
-    if (!declined) {
-        for (Py_ssize_t t = 0; t < n; t++) {
-            PyObject *next = PyNumber_Add(counts[t], one_int);
-            if (next == NULL) {
-                goto release;
-            }
-            int failed = PyObject_SetAttr(targets[t], count_str, next);
-            Py_DECREF(next);
-            if (failed < 0) {
-                goto release;
-            }
-            for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
-                PyObject *sum = PyFloat_FromDouble(
-                    PyFloat_AS_DOUBLE(PyList_GET_ITEM(sums[t], i)) + value[i]);
-                PyObject *sumsq = PyFloat_FromDouble(
-                    PyFloat_AS_DOUBLE(PyList_GET_ITEM(sumsqs[t], i)) + square[i]);
-                if (sum == NULL || sumsq == NULL) {
-                    Py_XDECREF(sum);
-                    Py_XDECREF(sumsq);
-                    goto release;
-                }
-                PyList_SetItem(sums[t], i, sum); /* releases the number it replaces */
-                PyList_SetItem(sumsqs[t], i, sumsq);
-            }
-        }
-        Py_INCREF(counted);
-        result = counted;
+    if (n < 0) {
+        Py_CLEAR(counted);
     }
-    else {
-        Py_INCREF(Py_NotImplemented);
-        result = Py_NotImplemented;
-    }
-release:
-    for (Py_ssize_t t = 0; t < n; t++) {
-        Py_XDECREF(counts[t]);
-        Py_XDECREF(sums[t]);
-        Py_XDECREF(sumsqs[t]);
-        Py_DECREF(targets[t]);
-    }
-    Py_DECREF(counted);
-    return result;
+    return counted;
 }
 
 /* ---- RunBatch.add_rows: a rollup record's rows folded into their run ----------------
@@ -930,252 +1120,6 @@ add_to_slot(PyObject *list, Py_ssize_t index, PyObject *addend)
     }
     PyList_SetItem(list, index, sum); /* releases the number it replaces */
     return 0;
-}
-
-/* The run's aggregates a call of fold_rows counts rows into, their sums kept as doubles
- * until the call returns (Python's float objects made once per aggregate and call, not
- * once per row: the same additions, in the same order, so the same bits). */
-typedef struct {
-    PyObject *aggregate, *count, *sums, *sumsqs; /* new references */
-    Py_ssize_t added;
-    double sum[N_MEASURES], sumsq[N_MEASURES];
-} Pending;
-
-/* Pointers to indexes, open addressing (a run can have hundreds of facet values). */
-typedef struct {
-    const void **keys;
-    Py_ssize_t *values;
-    size_t mask; /* capacity - 1; 0 before the first put */
-    Py_ssize_t n;
-} PointerMap;
-
-static size_t
-pointer_hash(const void *key, size_t mask)
-{
-    return (size_t)(((uint64_t)(uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ULL >> 17) & mask;
-}
-
-/* The index held for key, or -1. */
-static Py_ssize_t
-pointer_get(const PointerMap *map, const void *key)
-{
-    if (map->mask == 0) {
-        return -1;
-    }
-    for (size_t at = pointer_hash(key, map->mask);; at = (at + 1) & map->mask) {
-        if (map->keys[at] == key) {
-            return map->values[at];
-        }
-        if (map->keys[at] == NULL) {
-            return -1;
-        }
-    }
-}
-
-/* 0, or -1 with MemoryError. */
-static int
-pointer_put(PointerMap *map, const void *key, Py_ssize_t value)
-{
-    if ((size_t)(2 * (map->n + 1)) > map->mask + 1 || map->mask == 0) {
-        size_t capacity = map->mask ? 2 * (map->mask + 1) : 64;
-        PointerMap grown = {PyMem_Calloc(capacity, sizeof(void *)),
-                            PyMem_Malloc(capacity * sizeof(Py_ssize_t)), capacity - 1, 0};
-        if (grown.keys == NULL || grown.values == NULL) {
-            PyMem_Free(grown.keys);
-            PyMem_Free(grown.values);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (size_t at = 0; map->mask && at <= map->mask; at++) {
-            if (map->keys[at] != NULL) {
-                pointer_put(&grown, map->keys[at], map->values[at]); /* cannot grow */
-            }
-        }
-        PyMem_Free(map->keys);
-        PyMem_Free(map->values);
-        *map = grown;
-    }
-    size_t at = pointer_hash(key, map->mask);
-    while (map->keys[at] != NULL && map->keys[at] != key) {
-        at = (at + 1) & map->mask;
-    }
-    if (map->keys[at] == NULL) {
-        map->n++;
-    }
-    map->keys[at] = key;
-    map->values[at] = value;
-    return 0;
-}
-
-static void
-pointer_free(PointerMap *map)
-{
-    PyMem_Free(map->keys);
-    PyMem_Free(map->values);
-    map->keys = NULL;
-    map->values = NULL;
-    map->mask = 0;
-    map->n = 0;
-}
-
-typedef struct {
-    Pending *items;
-    Py_ssize_t n, size;
-    PointerMap by_aggregate; /* aggregate -> index in items */
-    PointerMap lists;        /* the items' sums and sumsqs lists */
-} PendingSet;
-
-static void
-pending_release(PendingSet *set)
-{
-    for (Py_ssize_t i = 0; i < set->n; i++) {
-        Pending *p = &set->items[i];
-        Py_DECREF(p->aggregate);
-        Py_DECREF(p->count);
-        Py_DECREF(p->sums);
-        Py_DECREF(p->sumsqs);
-    }
-    PyMem_Free(set->items);
-    set->items = NULL;
-    set->n = set->size = 0;
-    pointer_free(&set->by_aggregate);
-    pointer_free(&set->lists);
-}
-
-/* The pending sums of aggregate (an exact instance of make): its index, -2 when its
- * lists are not of floats (declined), -1 with an exception. */
-static Py_ssize_t
-pending_of(PendingSet *set, PyObject *aggregate, PyObject *make)
-{
-    Py_ssize_t known = pointer_get(&set->by_aggregate, aggregate);
-    if (known >= 0) {
-        return known;
-    }
-    if (Py_TYPE(aggregate) != (PyTypeObject *)make) {
-        return -2;
-    }
-    PyObject *count = PyObject_GetAttr(aggregate, count_str);
-    PyObject *sums = count == NULL ? NULL : PyObject_GetAttr(aggregate, sums_str);
-    PyObject *sumsqs = sums == NULL ? NULL : PyObject_GetAttr(aggregate, sumsqs_str);
-    int declined = sumsqs == NULL || !PyLong_CheckExact(count) || float_slots(sums) < 0 ||
-                   float_slots(sumsqs) < 0 || sums == sumsqs;
-    /* A list shared with another aggregate would take both's additions. */
-    declined = declined || pointer_get(&set->lists, sums) >= 0 ||
-               pointer_get(&set->lists, sumsqs) >= 0;
-    if (declined) {
-        PyErr_Clear(); /* Python raises it */
-        Py_XDECREF(count);
-        Py_XDECREF(sums);
-        Py_XDECREF(sumsqs);
-        return -2;
-    }
-    if (set->n == set->size) {
-        Py_ssize_t size = set->size ? 2 * set->size : 16;
-        Pending *items = PyMem_Realloc(set->items, size * sizeof(Pending));
-        if (items == NULL) {
-            Py_DECREF(count);
-            Py_DECREF(sums);
-            Py_DECREF(sumsqs);
-            PyErr_NoMemory();
-            return -1;
-        }
-        set->items = items;
-        set->size = size;
-    }
-    if (pointer_put(&set->by_aggregate, aggregate, set->n) < 0 ||
-        pointer_put(&set->lists, sums, set->n) < 0 ||
-        pointer_put(&set->lists, sumsqs, set->n) < 0) {
-        Py_DECREF(count);
-        Py_DECREF(sums);
-        Py_DECREF(sumsqs);
-        return -1;
-    }
-    Pending *p = &set->items[set->n];
-    Py_INCREF(aggregate);
-    p->aggregate = aggregate;
-    p->count = count;
-    p->sums = sums;
-    p->sumsqs = sumsqs;
-    p->added = 0;
-    for (Py_ssize_t i = 0; i < N_MEASURES; i++) {
-        p->sum[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sums, i));
-        p->sumsq[i] = PyFloat_AS_DOUBLE(PyList_GET_ITEM(sumsqs, i));
-    }
-    return set->n++;
-}
-
-/* The pending sums written to their aggregates: 0, or -1 with an exception. */
-static int
-pending_flush(PendingSet *set)
-{
-    for (Py_ssize_t i = 0; i < set->n; i++) {
-        Pending *p = &set->items[i];
-        if (!p->added) {
-            continue;
-        }
-        PyObject *added = PyLong_FromSsize_t(p->added);
-        PyObject *count = added == NULL ? NULL : PyNumber_Add(p->count, added);
-        Py_XDECREF(added);
-        if (count == NULL) {
-            return -1;
-        }
-        int failed = PyObject_SetAttr(p->aggregate, count_str, count);
-        Py_SETREF(p->count, count);
-        if (failed < 0) {
-            return -1;
-        }
-        for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
-            PyObject *sum = PyFloat_FromDouble(p->sum[m]);
-            PyObject *sumsq = PyFloat_FromDouble(p->sumsq[m]);
-            if (sum == NULL || sumsq == NULL) {
-                Py_XDECREF(sum);
-                Py_XDECREF(sumsq);
-                return -1;
-            }
-            PyList_SetItem(p->sums, m, sum);
-            PyList_SetItem(p->sumsqs, m, sumsq);
-        }
-        p->added = 0;
-    }
-    return 0;
-}
-
-/* The aggregates a row counts in (RunRollup.add's lookups: the overall one, then one per
- * facet value, the facet's OTHER past its limit), as indexes into set: how many, -2
- * when declined, -1 with an exception. */
-static Py_ssize_t
-rollup_targets(PendingSet *set, Py_ssize_t *index, PyObject *overall, PyObject *by_facet,
-               PyObject *facets, Py_ssize_t limit, PyObject *other, PyObject *make)
-{
-    if (!PyDict_CheckExact(by_facet) ||
-        !(facets == Py_None ||
-          (PyDict_CheckExact(facets) && PyDict_GET_SIZE(facets) < MAX_AGGREGATES))) {
-        return -2;
-    }
-    Py_ssize_t n = 0;
-    index[n] = pending_of(set, overall, make);
-    if (index[n] < 0) {
-        return index[n];
-    }
-    n++;
-    if (facets != Py_None) {
-        Py_ssize_t position = 0;
-        PyObject *facet, *facet_value;
-        while (PyDict_Next(facets, &position, &facet, &facet_value)) {
-            PyObject *as_counted = facet_value;
-            PyObject *aggregate = aggregate_of(by_facet, facet, &as_counted, limit, other, make);
-            if (aggregate == NULL) {
-                return PyErr_Occurred() ? -1 : -2;
-            }
-            index[n] = pending_of(set, aggregate, make);
-            Py_DECREF(aggregate);
-            if (index[n] < 0) {
-                return index[n];
-            }
-            n++;
-        }
-    }
-    return n;
 }
 
 /* What a row folds, once it is known to be of the common case. */
@@ -1517,7 +1461,7 @@ kernel_fold_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (take) {
             n_targets = rollup_targets(&pending, targets, overall, by_facet, row.facets, limit,
-                                       other, make);
+                                       other, make, NULL);
             if (n_targets == -1) {
                 goto failed_row;
             }
@@ -1541,14 +1485,7 @@ kernel_fold_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             Py_DECREF(entry);
         }
-        for (Py_ssize_t t = 0; t < n_targets; t++) {
-            Pending *p = &pending.items[targets[t]];
-            p->added++;
-            for (Py_ssize_t m = 0; m < N_MEASURES; m++) {
-                p->sum[m] += value[m];
-                p->sumsq[m] += value[m] * value[m];
-            }
-        }
+        pending_add(&pending, targets, n_targets, value);
         if (fold_entry(&row, state, queries, max_queries, now, golden_marks, golden_mark) < 0) {
             goto failed_row;
         }

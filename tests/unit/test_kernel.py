@@ -335,6 +335,8 @@ def test_a_rollup_fold_it_does_not_take_is_left_to_python_untouched():
 
     one_list = rollup.MetricAggregate()
     one_list.sumsqs = one_list.sums  # a square would be taken from the sum before it
+    shared = rollup.MetricAggregate()
+    twin = rollup.MetricAggregate(sums=shared.sums)  # one list in two aggregates
     declined = [
         # (overall, by facet, values, facets)
         (one_list, {}, values, None),
@@ -344,6 +346,7 @@ def test_a_rollup_fold_it_does_not_take_is_left_to_python_untouched():
         (rollup.MetricAggregate(sums=[0] * len(FIELDS)), {}, values, None),  # int sums
         (rollup.MetricAggregate(), {"type": []}, values, {"type": "a"}),  # not a dict
         (rollup.MetricAggregate(), {}, values, {"type": "a"}.items()),  # not a dict
+        (shared, {"type": {"a": twin}}, values, {"type": "a"}),
     ]
     for overall, by_facet, row, facets in declined:
         before = overall.to_state()
