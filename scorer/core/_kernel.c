@@ -1006,7 +1006,7 @@ kernel_rollup_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * the row. It folds rows from `start` until one is not of that case, which it leaves
  * untouched for Python to fold (the same order of operations, the same objects made,
  * the same arithmetic: Python's + on the same numbers). One difference of timing: the
- * run's aggregates get their sums once per call, not once per row (Pending, below).
+ * run's aggregates get their sums once per call, not once per row (Pending, above).
  * tests/unit/test_fold_kernel.py checks the tables both leave on random batches. */
 
 #define QUERY_ENTRY (2 + 2 * N_MEASURES)
