@@ -371,6 +371,9 @@ class Figures:
 
     rate: float = 0.0
     cpu_us: float = 0.0
+    broker_cpu_us: float = 0.0
+    """The broker JVM's CPU per event over the same span (its appends, fetches and
+    transactions for the pipeline, and the bench's own reads of the outputs)."""
     latency: dict[float, tuple[float, float, float] | None] = field(default_factory=dict)
     """load -> (p50, p95, p99) in ms; None when the pipeline could not keep up."""
 
@@ -444,6 +447,7 @@ async def measure(
     phase_seconds: float,
     partition_count: int,
     workdir: Path,
+    broker_pid: int,
     profile: Path | None = None,
     latency: bool = True,
 ) -> Figures:
@@ -478,14 +482,17 @@ async def measure(
             # processing began, so the first output would be too late a mark.
             cpu_before, before = cpu_seconds(pid), 0
             main_before = main_thread_cpu_seconds(pid)
+            broker_before = cpu_seconds(broker_pid)
             await outputs.wait_for_first(ids, timeout=180)
         else:
             before = await outputs.wait_for_first(ids, timeout=180)
             cpu_before = cpu_seconds(pid)
             main_before = main_thread_cpu_seconds(pid)
+            broker_before = cpu_seconds(broker_pid)
         profiler = start_profiler(pid, profile / f"{prefix}.txt") if profile else None
         received = await outputs.wait_for(ids, timeout=60 + events / 50)
         cpu_at_last_output = cpu_seconds(pid)
+        broker_at_last_output = cpu_seconds(broker_pid)
         # The backlog's cost includes what follows its last output (a scorer folds
         # the run rollups of its last batches then): CPU is counted until idle.
         settled = await settle(pid)
@@ -508,10 +515,11 @@ async def measure(
         figures.cpu_us = (cpu_after - cpu_before) / counted * 1e6
         to_last = (cpu_at_last_output - cpu_before) / counted * 1e6
         main = (main_after - main_before) / counted * 1e6
+        figures.broker_cpu_us = (broker_at_last_output - broker_before) / counted * 1e6
         print(
             f"  {pipeline.name}: {figures.rate:,.0f} events/s, {figures.cpu_us:,.0f} µs CPU/event "
             f"({to_last:,.0f} up to the last output; idle {settled:.1f} s after it; "
-            f"main thread {main:,.0f})"
+            f"main thread {main:,.0f}; broker {figures.broker_cpu_us:,.0f} up to the last output)"
         )
         if not loads:
             loads.update({share: share * figures.rate for share in LOADS})
@@ -931,7 +939,7 @@ def main() -> None:
             return asyncio.run(
                 measure(
                     pipelines[name], info.bootstrap, payloads, rep, events, into, seconds,
-                    args.partitions, state_dir, profile, latency=not warm_up,
+                    args.partitions, state_dir, info.pid, profile, latency=not warm_up,
                 )
             )  # fmt: skip
 
