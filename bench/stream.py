@@ -30,7 +30,7 @@ repetition (the order rotates), each pipeline gets:
 Medians over the repetitions go to a table (printed, and written under
 "Streaming" in docs/benchmarks.md) and a plot (docs/img/stream-bench.png).
 
-    .venv/bin/python bench/stream.py            # ~15 minutes
+    .venv/bin/python bench/stream.py            # ~25 minutes
     .venv/bin/python bench/stream.py --quick    # ~5 minutes
     .venv/bin/python bench/stream.py --only pipe --only scorer --baseline DIR
         # this scorer and the one of checkout DIR in every repetition (an A/B)
@@ -858,7 +858,10 @@ def main() -> None:
     if args.baseline is not None:
         # The workers run in their own directories: "." there is not this one's.
         args.baseline = args.baseline.resolve()
-    events = args.events or (3_000 if args.quick else 30_000)
+    # 100,000 results make a throughput run of about 3-4 s at these rates; with 30,000
+    # (about 1 s) a repetition of `pipe-eos` ranged 21,000-46,000 events/s in one run,
+    # so that the median of three said little (docs/benchmarks.md).
+    events = args.events or (3_000 if args.quick else 100_000)
     reps = args.reps or (2 if args.quick else 3)
     seconds = args.seconds or (3.0 if args.quick else 8.0)
     extra = tuple(name for name in EXTRA if name in (args.only or ()))
