@@ -212,7 +212,74 @@ typedef struct {
     Found found;
     long n_relevant, k, hits, judged_slots, first_relevant_rank;
     double ideal, dcg;
+    int filtering;
+    uint64_t judged[4]; /* a bit per signature of a judged id (`judged_filter`) */
 } Scoring;
+
+/* Judgments of at most this many ids are filtered (`judged_filter`): past it most of
+ * the 256 bits are set and the filter passes nearly every id. */
+#define FILTER_MAX_JUDGED 128
+
+/* A signature of an id, 0..255, from its length and six of its characters (code
+ * points, so equal strings have equal signatures whatever their storage). */
+static inline unsigned
+signature_of(PyObject *doc)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(doc);
+    int kind = PyUnicode_KIND(doc);
+    const void *data = PyUnicode_DATA(doc);
+    Py_ssize_t at[6] = {n - 1, n - 2, n - 3, n / 2, n / 3, (2 * n) / 3};
+    uint64_t h = (uint64_t)n;
+    for (int i = 0; i < 6; i++) {
+        Py_UCS4 c = at[i] >= 0 && at[i] < n ? PyUnicode_READ(kind, data, at[i]) : 0;
+        h = (h ^ c) * 0x100000001B3ULL;
+    }
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 32;
+    return (unsigned)(h & 255);
+}
+
+/* Sets up the judged-id filter of a ranking of `length` ids: the signatures of every
+ * judged id (grades and others). A str id whose signature is not among them is in
+ * neither dict (equal strs have equal signatures), so neither is searched: most
+ * returned ids are unjudged, and each lookup hashes a new string. Left off when a
+ * judged id is not an exact str (a subclass may compare equal to other text), or when
+ * building it would cost more than the lookups it can spare. */
+static void
+judged_filter(Scoring *s, Py_ssize_t length)
+{
+    s->filtering = 0;
+    Py_ssize_t judged = PyDict_GET_SIZE(s->grades) + PyDict_GET_SIZE(s->others);
+    if (judged > FILTER_MAX_JUDGED || judged > length) {
+        return;
+    }
+    s->judged[0] = s->judged[1] = s->judged[2] = s->judged[3] = 0;
+    PyObject *dicts[2] = {s->grades, s->others};
+    for (int d = 0; d < 2; d++) {
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(dicts[d], &position, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) {
+                return;
+            }
+            unsigned bit = signature_of(key);
+            s->judged[bit >> 6] |= (uint64_t)1 << (bit & 63);
+        }
+    }
+    s->filtering = 1;
+}
+
+/* False when `doc` is surely no judged id (`judged_filter`); true when it may be. */
+static inline int
+may_be_judged(const Scoring *s, PyObject *doc)
+{
+    if (!s->filtering || !PyUnicode_CheckExact(doc)) {
+        return 1;
+    }
+    unsigned bit = signature_of(doc);
+    return (s->judged[bit >> 6] >> (bit & 63)) & 1;
+}
 
 /* Steps return 0 (go on), 1 (stop: declined, the Python kernel decides) or -1 (error). */
 #define GO_ON 0
@@ -222,6 +289,9 @@ typedef struct {
 static int
 head_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 {
+    if (!may_be_judged(s, doc)) {
+        return GO_ON;
+    }
     PyObject *value = PyDict_GetItemWithError(s->grades, doc);
     if (value == NULL) {
         if (PyErr_Occurred()) {
@@ -266,6 +336,9 @@ head_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 static int
 tail_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 {
+    if (!may_be_judged(s, doc)) {
+        return GO_ON;
+    }
     PyObject *value = PyDict_GetItemWithError(s->grades, doc);
     if (value == NULL) {
         return PyErr_Occurred() ? -1 : GO_ON;
@@ -291,6 +364,7 @@ scoring_start(Scoring *s, PyObject *const *args)
     s->grades = args[1];
     s->others = args[2];
     s->credited = NULL;
+    s->filtering = 0;
     s->found.grades = s->found.small;
     s->found.n = 0;
     s->found.capacity = 64;
@@ -352,6 +426,9 @@ kernel_score(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int outcome = scoring_start(&s, args);
     Py_ssize_t length = PyList_GET_SIZE(ranked);
     Py_ssize_t top = s.k > NDCG_CUTOFF ? s.k : NDCG_CUTOFF;
+    if (outcome == GO_ON) {
+        judged_filter(&s, length);
+    }
     for (Py_ssize_t index = 0; outcome == GO_ON && index < length; index++) {
         if (PyList_GET_SIZE(ranked) != length) {
             outcome = DECLINED; /* changed under us by an __eq__: let Python decide */

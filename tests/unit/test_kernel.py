@@ -102,6 +102,63 @@ def test_it_agrees_on_judgments_read_back_from_the_worker_table(case):
     assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
 
 
+class LooseId(str):
+    """An id that a plain dict lookup finds under other text: equal to any string of
+    the same length ignoring case (its hash agrees)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and self.lower() == other.lower()
+
+    def __hash__(self) -> int:
+        return hash(self.lower())
+
+
+texts = st.text(
+    alphabet=st.characters(codec="utf-8", categories=("L", "N", "P", "S", "Zs")),
+    max_size=12,
+)
+
+
+@st.composite
+def unicode_cases(draw):
+    """Ids of every width (ASCII, Latin-1, BMP, astral), the empty id among them, some
+    of them str subclasses; judged sets small (the kernel filters them) and large."""
+    pool = draw(st.lists(texts, min_size=1, max_size=60, unique=True))
+    qrels = draw(st.dictionaries(st.sampled_from(pool), grades, max_size=40))
+    if draw(st.integers(0, 9)) == 0:  # past the filter's 128 judged ids
+        qrels.update({f"judged-{n}": n % 4 for n in range(130)})
+    ranked = draw(st.lists(st.sampled_from(pool), max_size=150))
+    # The same text made anew (not the judged key object): equal strs, found all the same.
+    ranked = ["".join(list(doc)) for doc in ranked]
+    if draw(st.booleans()) and ranked:
+        n = draw(st.integers(0, len(ranked) - 1))
+        ranked[n] = LooseId(ranked[n].upper())
+    if draw(st.booleans()) and qrels:
+        doc = draw(st.sampled_from(sorted(qrels)))
+        qrels[LooseId(doc.swapcase())] = qrels.pop(doc)
+    return qrels, ranked, draw(st.integers(1, 30))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(unicode_cases())
+def test_ids_of_any_text_and_kind_score_as_in_python(case):
+    # The kernel skips the lookups of ids no judged id can equal (a signature of their
+    # characters): it must find every id Python's dict lookups find, and no other.
+    qrels, ranked, k = case
+    judgments = Judgments.from_qrels(qrels)
+    assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
+
+
+def test_unjudged_ids_that_look_alike_are_told_from_judged_ones():
+    # Same length, same last characters: only a lookup can tell them apart.
+    qrels = {f"doc-{n:06d}-en": 1 + n % 3 for n in range(60)}
+    ranked = [f"doc-{n:06d}-en" for n in range(59, 200)]
+    judgments = Judgments.from_qrels(qrels)
+    values = score(ranked, judgments, 10)
+    assert same(values, score_python(ranked, judgments, 10))
+    assert values.mrr == 1.0 and values.hit_at_k == 1 and values.judged_at_k == 0.1
+
+
 def test_a_long_ranking_with_many_relevant_ids_in_its_tail():
     # More distinct relevant ids found below the top than the kernel's first buffer holds.
     qrels = {f"r{i}": 5 if i % 2 == 0 else 1 + i % 4 for i in range(300)}
