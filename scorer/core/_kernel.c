@@ -216,6 +216,14 @@ typedef struct {
     uint64_t judged[4]; /* a bit per signature of a judged id (`judged_filter`) */
 } Scoring;
 
+/* A str whose characters can be read by kind (before 3.12 a string made by the legacy
+ * API may not be ready yet: such a one is looked up, never filtered). */
+#if PY_VERSION_HEX < 0x030C0000
+#define READABLE_STR(o) (PyUnicode_CheckExact(o) && PyUnicode_IS_READY(o))
+#else
+#define READABLE_STR(o) PyUnicode_CheckExact(o)
+#endif
+
 /* Judgments of at most this many ids are filtered (`judged_filter`): past it most of
  * the 256 bits are set and the filter passes nearly every id. */
 #define FILTER_MAX_JUDGED 128
@@ -260,7 +268,7 @@ judged_filter(Scoring *s, Py_ssize_t length)
         Py_ssize_t position = 0;
         PyObject *key, *value;
         while (PyDict_Next(dicts[d], &position, &key, &value)) {
-            if (!PyUnicode_CheckExact(key)) {
+            if (!READABLE_STR(key)) {
                 return;
             }
             unsigned bit = signature_of(key);
@@ -274,7 +282,7 @@ judged_filter(Scoring *s, Py_ssize_t length)
 static inline int
 may_be_judged(const Scoring *s, PyObject *doc)
 {
-    if (!s->filtering || !PyUnicode_CheckExact(doc)) {
+    if (!s->filtering || !READABLE_STR(doc)) {
         return 1;
     }
     unsigned bit = signature_of(doc);
