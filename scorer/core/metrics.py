@@ -36,6 +36,7 @@ import math
 import os
 from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, count
 
 from scorer.core.measures import GROUPS, MEASURES, METRIC_NAMES
 from scorer.core.record import Record
@@ -219,10 +220,12 @@ def score_python(ranked: Sequence[str], judgments: Judgments, k: int) -> MetricV
         # MRR has no cutoff, and the candidates are every returned id: the relevant
         # ids below the top, looked for at C speed (the tail is most of a long list).
         if not first_relevant_rank:
-            rest = ranked[top:]
-            first = next(filter(grades.__contains__, rest), None)
-            if first is not None:
-                first_relevant_rank = top + rest.index(first) + 1
+            # The position of the first id a lookup finds, not that of the first id equal
+            # to it: an id type whose equality is not transitive (a str subclass) could
+            # equal an earlier one that no lookup finds.
+            at = next(compress(count(), map(grades.__contains__, ranked[top:])), None)
+            if at is not None:
+                first_relevant_rank = top + at + 1
         if first_relevant_rank:
             # Relevant ids of the top are all credited: the rest are found below it. A
             # ranking that can find ids without being split (``JoinedRanking.among``)

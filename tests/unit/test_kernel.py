@@ -149,6 +149,17 @@ def test_ids_of_any_text_and_kind_score_as_in_python(case):
     assert same(score(ranked, judgments, k), score_python(ranked, judgments, k))
 
 
+def test_mrr_is_the_rank_a_lookup_finds_even_for_an_id_equal_to_an_earlier_one():
+    # Found by the test above: "A" is not judged, LooseId("A") finds "a". The Python
+    # reference once took the first id *equal* to the one found (list.index), and an
+    # id of non-transitive equality equals the earlier "A": rank 11 instead of 12.
+    judgments = Judgments.from_qrels({"a": 1})
+    ranked = ["A"] * 11 + [LooseId("A")]
+    values = score_python(ranked, judgments, 1)
+    assert values.mrr == 1 / 12
+    assert same(score(ranked, judgments, 1), values)
+
+
 def test_unjudged_ids_that_look_alike_are_told_from_judged_ones():
     # Same length, same last characters: only a lookup can tell them apart.
     qrels = {f"doc-{n:06d}-en": 1 + n % 3 for n in range(60)}
