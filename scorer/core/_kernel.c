@@ -297,9 +297,6 @@ may_be_judged(const Scoring *s, PyObject *doc)
 static int
 head_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 {
-    if (!may_be_judged(s, doc)) {
-        return GO_ON;
-    }
     PyObject *value = PyDict_GetItemWithError(s->grades, doc);
     if (value == NULL) {
         if (PyErr_Occurred()) {
@@ -344,9 +341,6 @@ head_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 static int
 tail_step(Scoring *s, PyObject *doc, Py_ssize_t index)
 {
-    if (!may_be_judged(s, doc)) {
-        return GO_ON;
-    }
     PyObject *value = PyDict_GetItemWithError(s->grades, doc);
     if (value == NULL) {
         return PyErr_Occurred() ? -1 : GO_ON;
@@ -446,6 +440,9 @@ kernel_score(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break; /* below the top only what is missing is looked for */
         }
         PyObject *doc = PyList_GET_ITEM(ranked, index);
+        if (!may_be_judged(&s, doc)) {
+            continue; /* in neither dict: no grade, not judged */
+        }
         Py_INCREF(doc); /* the lookups may run __eq__ of str subclasses */
         outcome = index < top ? head_step(&s, doc, index) : tail_step(&s, doc, index);
         Py_DECREF(doc);
