@@ -103,8 +103,8 @@ def test_it_agrees_on_judgments_read_back_from_the_worker_table(case):
 
 
 class LooseId(str):
-    """An id that a plain dict lookup finds under other text: equal to any string of
-    the same length ignoring case (its hash agrees)."""
+    """An id that a plain dict lookup finds under other text: equal to any string that
+    is equal ignoring case (its hash agrees), so its equality is not transitive."""
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, str) and self.lower() == other.lower()
