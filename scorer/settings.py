@@ -34,6 +34,8 @@ GC_THRESHOLDS = (50_000, 20, 100)
 """Default of ``gc_thresholds``: ``gc.set_threshold``'s three while the tables are
 recovered and after (``scorer.stream.collector``)."""
 
+FAUST_COMMIT_EVERY = 10_000
+"""Faust's ``broker_commit_every``: the at-least-once default of ``commit_every_records``."""
 PARKED_RECORD_MARGIN = 16_384
 """Bytes of a parked-table changelog record besides its value (the parked list): the
 key (a queryId, at most 256 characters, 1 KiB in UTF-8), the record and batch overhead
@@ -205,6 +207,18 @@ class Settings(BaseSettings):
             "its transaction commits, so this is the floor of its latency."
         ),
     )
+    commit_every_records: int | None = Field(
+        None,
+        ge=0,
+        le=100_000_000,
+        description=(
+            "Offsets are also committed after this many input records (Faust's "
+            "broker_commit_every). Default: 10,000 under at_least_once (Faust's), none "
+            "under exactly_once, where every commit holds the batches back while its "
+            "transactions end and Faust's count added a commit every 0.4 s at 25,000 "
+            "results/s to the interval's two a second. 0: on the interval only."
+        ),
+    )
     caught_up_commit_seconds: float = Field(
         0.02,
         ge=0,
@@ -343,6 +357,14 @@ class Settings(BaseSettings):
         if self.commit_interval_seconds is not None:
             return self.commit_interval_seconds
         return 0.5 if self.processing_guarantee == "exactly_once" else 2.8
+
+    def commit_every(self) -> int | None:
+        """``commit_every_records``, or the default of the processing guarantee; None:
+        no commit by count."""
+        every = self.commit_every_records
+        if every is None:
+            every = 0 if self.processing_guarantee == "exactly_once" else FAUST_COMMIT_EVERY
+        return every or None
 
     def aiokafka_options(self) -> dict[str, object]:
         """Connection keyword arguments for aiokafka clients (security included)."""

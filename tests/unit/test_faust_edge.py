@@ -541,6 +541,33 @@ def test_a_batch_is_handled_whole_its_outputs_sent_then_its_offsets_booked() -> 
     assert consumer.ledger.partitions[RESULTS[0]].accounted == 6
 
 
+@pytest.mark.parametrize(
+    ("every", "commits", "left"), [(None, [], 12), (10, [12], 0), (4, [6, 12], 0)]
+)
+def test_booked_batches_commit_after_the_configured_count_of_records(
+    every: int | None, commits: list[int], left: int
+) -> None:
+    """Faust's commit by count (``EdgeConfig.commit_every_records``), counted in the
+    offsets batches book; None: the commit timer alone (exactly_once's default)."""
+    consumer, _ = batch_consumer()
+    consumer._commit_every = every
+    made: list[int] = []
+
+    async def commit() -> bool:
+        made.append(len(consumer._acked[RESULTS[0]]))
+        return True
+
+    consumer.commit = commit  # type: ignore[method-assign]
+
+    async def deliver() -> None:
+        await consumer._deliver_all({RESULTS[0]: batch(0, 5)})
+        await consumer._deliver_all({RESULTS[0]: batch(6, 11)})
+
+    asyncio.run(deliver())
+    assert made == commits  # the offsets booked when each commit began
+    assert consumer._n_acked == left
+
+
 def test_a_batch_of_a_revoked_partition_is_dropped_and_sought_back() -> None:
     consumer, seen = batch_consumer()
     consumer._active_partitions = {RESULTS[1]}

@@ -140,8 +140,10 @@ def test_under_exactly_once_the_workers_consumer_joins_the_transactions(tmp_path
             assert consumer.caught_up_commit_seconds == (seconds or None)
             # The lag the settings give (500) counts only when caught-up commits are on.
             assert consumer.caught_up_lag == (500 if seconds else 0)
+            assert consumer._commit_every is None  # the commit timer alone
         else:
             assert not scorer.app.in_transaction
             assert isinstance(consumer.gate, OpenGate)
             assert consumer.caught_up_commit_seconds is None
             assert consumer.caught_up_lag == 0
+            assert consumer._commit_every == 10_000  # Faust's count

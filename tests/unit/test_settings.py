@@ -72,6 +72,17 @@ def test_the_commit_interval_defaults_to_the_processing_guarantee_and_can_be_set
     assert Settings(commit_interval_seconds=1.5).commit_interval() == 1.5
 
 
+def test_the_commit_by_count_defaults_to_the_processing_guarantee_and_can_be_set() -> None:
+    # Faust's 10,000 under at-least-once; none under exactly_once, where every commit
+    # holds the batches back while its transactions end (docs/benchmarks.md).
+    assert Settings().commit_every() == 10_000
+    assert Settings(processing_guarantee="exactly_once").commit_every() is None
+    assert Settings(processing_guarantee="exactly_once", commit_every_records=5).commit_every() == 5
+    assert Settings(commit_every_records=0).commit_every() is None
+    with pytest.raises(ValueError, match="commit_every_records"):
+        Settings(commit_every_records=-1)
+
+
 def test_a_setting_name_that_does_not_exist_fails() -> None:
     with pytest.raises(ValueError, match="bootstrap_servers"):
         Settings(bootstrap_servers="broker:9092")  # the real name: KAFKA_BOOTSTRAP_SERVERS

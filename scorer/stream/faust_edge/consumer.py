@@ -505,6 +505,9 @@ class GuardedConsumer(CommitsOnceAtStop, HoldsInputsUntilSeeked, AIOKafkaConsume
         self.background_topics = edge.background_topics
         self.before_commit = edge.before_commits
         self.batch_max_records = edge.config.batch_max_records
+        # Faust's count from its own setting (broker_commit_every), the edge's instead:
+        # None turns it off, which Faust's setting cannot express.
+        self._commit_every = edge.config.commit_every_records
         self.gc_thresholds = edge.config.gc_thresholds
         settle_before_recovery(self.gc_thresholds)  # the tables are recovered next
         self.recovery = edge.recovery

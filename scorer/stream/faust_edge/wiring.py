@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scorer.settings import FAUST_COMMIT_EVERY
 from scorer.stream.collector import THRESHOLDS
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class EdgeConfig:
     gc_thresholds: tuple[int, int, int] = THRESHOLDS
     """The collector's thresholds from the consumer's start, through recovery and after
     (``collector``)."""
+    commit_every_records: int | None = FAUST_COMMIT_EVERY
+    """Offsets are also committed after this many input records are booked (None: on
+    the commit interval and, under exactly_once, once caught up only); Faust's
+    ``broker_commit_every`` by default."""
     batch_max_records: int | None = None
     """A routed topic's fetched batches are handed over in parts of at most this many
     records (None: whole), but the background topics'."""
@@ -56,6 +61,7 @@ class EdgeConfig:
             stop_timeout_seconds=settings.stop_timeout_seconds,
             caught_up_commit_seconds=settings.caught_up_commit_seconds,
             caught_up_lag_records=settings.caught_up_lag_records,
+            commit_every_records=settings.commit_every(),
             batch_max_records=settings.batch_max_records,
             gc_thresholds=settings.gc_thresholds,
         )
